@@ -1,0 +1,35 @@
+# Two entry points (see README): `make run` and `make test`. Each creates .venv when missing.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.etriage-installed
+
+.PHONY: install run test test-slow bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	bash scripts/system-deps.sh
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# The main job: the bot as a service on this machine (embedded Redis + SQLite), a signed
+# pull_request webhook replayed into it, and the resulting PR comment printed.
+run: install
+	$(VENV)/bin/etriage demo
+
+# The whole test suite (real torch/executorch, real Redis + Celery worker, real HTTP).
+test: install
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# Long runs (fuzzing, load) are behind a flag; a short version of each is always on.
+test-slow: install
+	$(VENV)/bin/python -m pytest --run-slow $(PYTEST_ARGS)
+
+bench: install
+	$(VENV)/bin/python bench/classify.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

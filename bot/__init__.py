@@ -1,0 +1,1 @@
+"""etriage's GitHub side: the Flask app (webhook, slash commands), the GitHub adapter, the CLI."""

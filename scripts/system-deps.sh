@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Debian packages the tests and benchmarks need. Idempotent; a no-op when all are present.
+# Not root or no apt-get: say what is missing and carry on (the tests that need a package
+# skip with a reason naming it).
+set -u
+want=()
+command -v rg >/dev/null 2>&1 || want+=(ripgrep)
+command -v git >/dev/null 2>&1 || want+=(git)
+[ ${#want[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "system-deps: installing ${want[*]}"
+    apt-get update -qq >/dev/null 2>&1 || true
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${want[@]}" >/dev/null \
+        || echo "system-deps: could not install ${want[*]}; tests needing them will skip" >&2
+else
+    echo "system-deps: missing ${want[*]} (not root); tests needing them will skip" >&2
+fi
+exit 0

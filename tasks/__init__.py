@@ -1,0 +1,1 @@
+"""etriage's workers: the Celery app, thin tasks, and the pipeline stages they call."""
