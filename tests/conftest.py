@@ -28,3 +28,34 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.fail(f"expected the read-only shared/ folder at {SHARED}")
     return SHARED
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    """A real Redis: $REDIS_URL when set, else a private redis-server for this session."""
+    import os
+
+    url = os.environ.get("REDIS_URL")
+    if url:
+        yield url
+        return
+    from bot.embedded_redis import EmbeddedRedis
+
+    with EmbeddedRedis() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """PostgreSQL for tests: $ETRIAGE_TEST_POSTGRES_URL, else the local trust-auth server if up."""
+    import os
+    import socket
+
+    url = os.environ.get("ETRIAGE_TEST_POSTGRES_URL")
+    if url:
+        return url
+    try:
+        socket.create_connection(("127.0.0.1", 5432), timeout=0.5).close()
+    except OSError:
+        pytest.skip("no PostgreSQL on 127.0.0.1:5432 and ETRIAGE_TEST_POSTGRES_URL unset")
+    return "postgresql+psycopg://postgres@127.0.0.1:5432/test"
