@@ -1,0 +1,273 @@
+"""Slash commands in pull-request comments: who may run what, and running it (in the worker).
+
+The grammar lives in bot.command_grammar (`parse`, `new_commands`); this module adds the rest:
+`handle_comment` checks each command against the author's collaborator permission and the
+repository's allow-lists, acts through the context's GitHub client, store and dispatcher,
+records every command in the audit log, reacts 👀 when something was accepted and answers all
+the rest (refusals, malformed commands, help, explanations) in ONE reply per comment.
+
+Permissions: anyone may ask for `help` and `explain`; everything else needs write access
+(write, maintain or admin). Device targets: nothing runs on a `device`-kind target for a pull
+request whose author lacks write access until a maintainer says `/etriage ok-to-test`; the
+approval is stored per head sha, so the next push ends it.
+
+What the worker reads from `triage_pr(..., reason=...)`: "rerun:failed" (re-run only the tests
+that failed for this head), "rerun:all", "run" (with suites=[suite]), "ok-to-test" (device
+targets are now allowed for this head: see `devices_allowed`).
+"""
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from bot.command_grammar import (USAGE, Command, CommandError, is_bot, login_stem, new_commands,
+                                 parse, shown)
+from bot.repo_config import PATH, RepoConfig
+
+log = logging.getLogger(__name__)
+
+WRITE_ACCESS = frozenset({"write", "maintain", "admin"})
+NEEDS_WRITE = frozenset({"rerun", "run", "label", "ignore", "ok-to-test"})
+DESCRIPTIONS = {
+    "rerun": "re-run the tests that failed (or all of them), optionally on other targets",
+    "run": "run one suite, optionally on one target",
+    "explain": "explain a failure: its number in the summary, its test id or a fingerprint prefix",
+    "label": "add labels from this repository's allow-list",
+    "ignore": "mark a failure as known flaky or unrelated on this pull request",
+    "ok-to-test": "allow runs on real devices for the current head of this pull request",
+    "help": "this list",
+}
+
+__all__ = ["Command", "CommandContext", "CommandError", "Outcome", "devices_allowed",
+           "handle_comment", "help_text", "is_bot", "login_stem", "new_commands", "parse"]
+
+
+@dataclass
+class CommandContext:
+    github: Any  # bot.github_client.GitHubClient
+    store: Any  # bot.store.Store
+    enqueue: Any  # tasks.dispatch
+    repo_config: RepoConfig
+    bot_login: str
+    installation_id: int | None = None  # passed on to the triage runs a command starts
+
+
+@dataclass(frozen=True)
+class Outcome:
+    line: str  # the command as written ("" for a comment-wide problem)
+    verb: str | None
+    status: str  # accepted | answered | refused | invalid | failed
+    detail: str = ""
+    reply: str = ""  # what the comment's one reply says about this command
+
+
+class Refused(Exception):
+    """A well-formed command the author may not run here; the message says why."""
+
+
+def handle_comment(ctx: CommandContext, *, repo: str, pr: int, comment_id: int, author: str,
+                   author_type: str | None, body: str, previous_body: str | None,
+                   action: str) -> list[Outcome]:
+    if is_bot(author, author_type, ctx.bot_login) or action not in ("created", "edited"):
+        return []
+    if ctx.repo_config.commands is None:
+        return []  # commands are off for this repository: stay silent
+    if action == "edited":
+        items = new_commands(previous_body, body, ctx.bot_login)
+    else:
+        items = parse(body, ctx.bot_login)
+    if not items:
+        return []
+    session = _Session(ctx, repo, pr, author)
+    outcomes = [session.run(item) for item in items]
+    for outcome in outcomes:
+        ctx.store.audit(repo, pr, author, outcome.line or "(comment)", f"{outcome.status}: {outcome.detail}")
+    if any(outcome.status in ("accepted", "answered") for outcome in outcomes):
+        ctx.github.react(repo, comment_id, "eyes")
+    reply = _reply(author, outcomes)
+    if reply:
+        ctx.github.reply(repo, pr, reply)
+    return outcomes
+
+
+def devices_allowed(github, store, repo: str, pr: int, *, head_sha: str, pr_author: str) -> bool:
+    """May this head of the PR run on devices? Its author has write access, or a maintainer
+    said ok-to-test for exactly this head. (The pipeline asks this before picking devices.)"""
+    return (github.permission(repo, pr_author) in WRITE_ACCESS
+            or store.is_approved_for_devices(repo, pr, head_sha))
+
+
+class _Session:
+    """The commands of one comment: permission and pull request looked up at most once."""
+
+    def __init__(self, ctx: CommandContext, repo: str, pr: int, author: str):
+        self.ctx, self.repo, self.pr, self.author = ctx, repo, pr, author
+        self.config = ctx.repo_config
+        self._permissions: dict[str, str] = {}
+        self._pull: dict | None = None
+
+    def permission(self, user: str) -> str:
+        if user not in self._permissions:
+            self._permissions[user] = self.ctx.github.permission(self.repo, user)
+        return self._permissions[user]
+
+    @property
+    def pull(self) -> dict:
+        if self._pull is None:
+            self._pull = self.ctx.github.pull(self.repo, self.pr)
+        return self._pull
+
+    def run(self, item: Command | CommandError) -> Outcome:
+        if isinstance(item, CommandError):
+            where = f"{shown(item.line)}: " if item.line else ""
+            return Outcome(item.line, None, "invalid", item.message, f"{where}{item.message}")
+        try:
+            if item.verb in NEEDS_WRITE:
+                level = self.permission(self.author)
+                if level not in WRITE_ACCESS:
+                    raise Refused(f"`{item.verb}` needs write access to {self.repo} (you have {level})")
+            return getattr(self, "do_" + item.verb.replace("-", "_"))(item)
+        except Refused as refusal:
+            return Outcome(item.line, item.verb, "refused", str(refusal), f"{shown(item.line)}: {refusal}")
+        except Exception as error:  # an internal error, kept apart from the user's mistakes
+            log.exception("command %r on %s#%s failed", item.line, self.repo, self.pr)
+            return Outcome(item.line, item.verb, "failed", f"{type(error).__name__}: {error}",
+                           f"{shown(item.line)}: could not be run because of an internal error "
+                           "(it was logged); please try again later")
+
+    # ---- one method per verb ---------------------------------------------------------------
+    def do_help(self, command: Command) -> Outcome:
+        return Outcome(command.line, "help", "answered", "help", help_text(self.config))
+
+    def do_explain(self, command: Command) -> Outcome:
+        failure = self._failure(command.failure)
+        return Outcome(command.line, "explain", "answered", f"explained {command.failure}",
+                       _explanation(failure))
+
+    def do_rerun(self, command: Command) -> Outcome:
+        targets = self._targets(command.targets)
+        self._triage(reason=f"rerun:{command.scope}", targets=targets)
+        on = f" on {', '.join(targets)}" if targets else ""
+        return Outcome(command.line, "rerun", "accepted", f"rerun {command.scope}{on}")
+
+    def do_run(self, command: Command) -> Outcome:
+        if command.suite not in self.config.suites:
+            raise Refused(f"unknown suite {shown(command.suite)}; known: {_names(self.config.suites)}")
+        targets = self._targets(command.targets)
+        self._triage(reason="run", suites=[command.suite], targets=targets)
+        on = f" on {targets[0]}" if targets else ""
+        return Outcome(command.line, "run", "accepted", f"run {command.suite}{on}")
+
+    def do_label(self, command: Command) -> Outcome:
+        if self.config.labels is None:
+            raise Refused(f"labels are not enabled here (no `labels:` section in {PATH})")
+        allowed = {label.lower(): label for label in self.config.allowed_labels()}
+        unknown = [label for label in command.labels if label.lower() not in allowed]
+        if unknown:
+            raise Refused(f"{', '.join(map(shown, unknown))} not in the allow-list: "
+                          f"{_names(sorted(allowed.values()))}")
+        labels = [allowed[label.lower()] for label in command.labels]
+        self.ctx.github.add_labels(self.repo, self.pr, labels)
+        return Outcome(command.line, "label", "accepted", f"labelled {', '.join(labels)}")
+
+    def do_ignore(self, command: Command) -> Outcome:
+        failure = self._failure(command.failure)
+        key = failure.get("fingerprint") or command.failure
+        self.ctx.store.ignore_failure(self.repo, self.pr, key, command.reason, self.author)
+        return Outcome(command.line, "ignore", "accepted", f"ignored {key}: {command.reason}")
+
+    def do_ok_to_test(self, command: Command) -> Outcome:
+        head_sha = self.pull["head_sha"]
+        self.ctx.store.approve_for_devices(self.repo, self.pr, head_sha, self.author)
+        if not self.config.device_targets():
+            return Outcome(command.line, "ok-to-test", "accepted",
+                           f"approved {head_sha[:12]}; device runs are not enabled here")
+        self._triage(reason="ok-to-test")
+        return Outcome(command.line, "ok-to-test", "accepted", f"approved {head_sha[:12]} for devices")
+
+    # ---- shared checks ---------------------------------------------------------------------
+    def _triage(self, *, reason: str, suites: list[str] | None = None, targets: list[str] | None = None) -> None:
+        if self.config.triage is None:
+            raise Refused(f"triage is not enabled here (no `triage:` section in {PATH})")
+        self.ctx.enqueue.triage_pr(
+            self.repo, self.pr, self.pull["head_sha"], self.pull["base_ref"], self.ctx.installation_id,
+            reason=reason, targets=targets or None, suites=suites)
+
+    def _targets(self, names: tuple[str, ...]) -> list[str]:
+        for name in names:
+            target = self.config.targets.get(name)
+            if target is None:
+                raise Refused(f"unknown target {shown(name)}; known: {_names(self.config.targets)}")
+            if target.kind != "device":
+                continue
+            if name not in self.config.device_targets():
+                raise Refused(f"{shown(name)} is a device and device runs are not enabled for it "
+                              f"(`devices:` in {PATH})")
+            head_sha, pr_author = self.pull["head_sha"], self.pull["author"]
+            if self.permission(pr_author) not in WRITE_ACCESS and not \
+                    self.ctx.store.is_approved_for_devices(self.repo, self.pr, head_sha):
+                raise Refused(f"{shown(name)} is a device and this pull request comes from an outside "
+                              f"contributor: a maintainer must first say `/etriage ok-to-test` for its "
+                              f"current head {head_sha[:7]}")
+        return list(dict.fromkeys(names))
+
+    def _failure(self, ref: str) -> dict:
+        failure = self.ctx.store.find_failure(self.repo, self.pr, ref)
+        if failure is None:
+            raise Refused(f"no failure {shown(ref)} on this pull request; use its number in the "
+                          "summary, its test id or a fingerprint prefix")
+        return failure
+
+
+# ---- replies ----------------------------------------------------------------------------------
+
+def help_text(config: RepoConfig) -> str:
+    lines = ["**etriage commands** (at the start of a line; `@etriage` works as well as `/etriage`):", ""]
+    for verb, usage in USAGE.items():
+        access = " *(write access)*" if verb in NEEDS_WRITE else ""
+        lines.append(f"- `/etriage {usage}`: {DESCRIPTIONS[verb]}{access}")
+    lines += ["", f"Suites: {_names(config.suites)}",
+              "Targets: " + ", ".join(f"`{t.name}` ({t.kind})" for t in config.targets.values())]
+    if config.labels is not None:
+        lines.append(f"Labels: {_names(sorted(config.allowed_labels()))}")
+    return "\n".join(lines)
+
+
+def _explanation(failure: dict) -> str:
+    title = failure.get("title") or failure.get("category") or "failure"
+    head = f"**{title}** (category `{failure.get('category') or 'other'}`)"
+    if failure.get("test"):
+        head += f" in `{failure['test']}`"
+    parts = [head]
+    if failure.get("line"):
+        parts.append(_fenced(failure["line"]))
+    if failure.get("explanation"):
+        parts.append(failure["explanation"])
+    if failure.get("suggestion"):
+        parts.append(f"**What to do:** {failure['suggestion']}")
+    if failure.get("reproduce"):
+        parts.append("**Reproduce:**\n" + _fenced(failure["reproduce"], "sh"))
+    return "\n\n".join(parts)
+
+
+def _reply(author: str, outcomes: list[Outcome]) -> str:
+    problems = [o.reply for o in outcomes if o.status in ("refused", "invalid", "failed")]
+    answers = list(dict.fromkeys(o.reply for o in outcomes if o.status == "answered"))
+    parts = []
+    if problems:
+        parts.append(f"@{author} " + ("this command was" if len(problems) == 1 else "these commands were")
+                     + " not run:\n" + "\n".join(f"- {problem}" for problem in problems))
+    return "\n\n".join(parts + answers)
+
+
+def _fenced(text: str, info: str = "") -> str:
+    """A code block that the text cannot close, whatever backticks it holds."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{info}\n{text}\n{fence}"
+
+
+def _names(names) -> str:
+    return ", ".join(f"`{name}`" for name in names)

@@ -1,0 +1,190 @@
+"""Which GitHub event becomes which piece of work: one small handler per event and action.
+
+Handlers are pure: they read the payload and return `Enqueue` (the name of a `tasks.dispatch`
+function and its plain-value arguments) or `Ignore` (the reason, which the webhook answers with).
+The webhook does the side effects. Decisions worth knowing:
+
+- Draft pull requests are not triaged; `ready_for_review` starts the triage.
+- CI completions (`workflow_run`, `workflow_job`, `check_suite`) are enqueued only when they
+  concluded failure / timed_out / cancelled / startup_failure: those have logs to pull and
+  classify. A success, neutral or skipped completion has nothing to triage; it is acknowledged
+  (202, "ignored", with the conclusion in the detail) and logged, not enqueued. Check suites of
+  GitHub Actions are skipped (the workflow_run/workflow_job events carry the same failure) and so
+  are the bot's own check suites (its failing check run must not trigger itself).
+- Comments are enqueued only on pull requests, only when a human wrote them and only when they
+  hold a new `/etriage` command (an edit that adds none costs nothing).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from bot import commands
+
+FAILED_CONCLUSIONS = frozenset({"failure", "timed_out", "cancelled", "startup_failure"})
+
+
+@dataclass(frozen=True)
+class Enqueue:
+    task: str  # a function of tasks.dispatch
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class Ignore:
+    reason: str
+
+
+class PayloadError(ValueError):
+    """The payload lacks a field its event must have (answered with 400)."""
+
+
+@dataclass(frozen=True)
+class Event:
+    name: str
+    action: str | None
+    payload: dict
+    bot_login: str
+
+    def get(self, dotted: str):
+        """A field the event must have: `get("pull_request.head.sha")`."""
+        parent, _, key = dotted.rpartition(".")
+        section = self.section(parent) if parent else self.payload
+        if key not in section:
+            raise PayloadError(f"{self.name} payload has no {dotted}")
+        return section[key]
+
+    def optional(self, dotted: str):
+        """A field that may be absent (its parent must be there): None when missing."""
+        parent, _, key = dotted.rpartition(".")
+        return (self.section(parent) if parent else self.payload).get(key)
+
+    def section(self, dotted: str) -> dict:
+        value = self.payload
+        for key in dotted.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+            if not isinstance(value, dict):
+                raise PayloadError(f"{self.name} payload has no object {dotted}")
+        return value
+
+    @property
+    def repo(self) -> str:
+        return self.get("repository.full_name")
+
+    @property
+    def installation_id(self) -> int | None:
+        return (self.payload.get("installation") or {}).get("id")
+
+
+Handler = Callable[[Event], "Enqueue | Ignore"]
+HANDLERS: dict[tuple[str, str], Handler] = {}
+
+
+def on(event: str, *actions: str) -> Callable[[Handler], Handler]:
+    def register(handler: Handler) -> Handler:
+        for action in actions:
+            HANDLERS[(event, action)] = handler
+        return handler
+
+    return register
+
+
+def route(name: str, payload: dict, bot_login: str) -> Enqueue | Ignore:
+    """The work one delivery asks for; raises PayloadError when a needed field is missing."""
+    action = payload.get("action")
+    handler = HANDLERS.get((name, action))
+    if handler is None:
+        known_event = any(event == name for event, _ in HANDLERS)
+        what = f"{name}.{action}" if known_event else f"event {name!r}"
+        return Ignore(f"{what} is not handled")
+    return handler(Event(name, action, payload, bot_login))
+
+
+@on("pull_request", "opened", "reopened", "synchronize", "ready_for_review")
+def triage_the_pull_request(event: Event) -> Enqueue | Ignore:
+    pr = event.get("pull_request.number")
+    if event.optional("pull_request.draft"):
+        return Ignore(f"#{pr} is a draft: triage starts when it is marked ready for review")
+    head_sha = event.get("pull_request.head.sha")
+    return Enqueue(
+        "triage_pr",
+        (event.repo, pr, head_sha, event.get("pull_request.base.ref"), event.installation_id),
+        {"reason": f"pull_request.{event.action}"},
+        f"triage {event.repo}#{pr} at {head_sha[:12]}",
+    )
+
+
+@on("pull_request", "closed")
+def forget_the_closed_pull_request(event: Event) -> Enqueue:
+    pr = event.get("pull_request.number")
+    return Enqueue("pr_closed", (event.repo, pr, event.installation_id), {}, f"close {event.repo}#{pr}")
+
+
+@on("workflow_run", "completed")
+def triage_the_failed_workflow_run(event: Event) -> Enqueue | Ignore:
+    return _ci_failure(event, "workflow_run", run_id=event.get("workflow_run.id"))
+
+
+@on("workflow_job", "completed")
+def triage_the_failed_workflow_job(event: Event) -> Enqueue | Ignore:
+    return _ci_failure(
+        event, "workflow_job",
+        run_id=event.optional("workflow_job.run_id"), job_id=event.get("workflow_job.id"),
+    )
+
+
+@on("check_suite", "completed")
+def triage_the_failed_check_suite(event: Event) -> Enqueue | Ignore:
+    app_slug = ((event.optional("check_suite.app") or {}).get("slug") or "").lower()
+    if app_slug == "github-actions":
+        return Ignore("check suite of GitHub Actions: handled through workflow_run/workflow_job")
+    if app_slug and app_slug == commands.login_stem(event.bot_login).lower():
+        return Ignore("the bot's own check suite")
+    return _ci_failure(event, "check_suite", check_suite_id=event.get("check_suite.id"))
+
+
+def _ci_failure(event: Event, kind: str, **ids) -> Enqueue | Ignore:
+    conclusion = event.optional(f"{kind}.conclusion")
+    if conclusion not in FAILED_CONCLUSIONS:
+        return Ignore(f"{kind} concluded {conclusion or 'without a conclusion'}: no failure to triage")
+    head_sha = event.get(f"{kind}.head_sha")
+    return Enqueue(
+        "ci_completed", (event.repo, head_sha, event.installation_id), ids,
+        f"{kind} {conclusion} on {event.repo} at {head_sha[:12]}",
+    )
+
+
+@on("issue_comment", "created", "edited")
+def run_the_commands_in_the_comment(event: Event) -> Enqueue | Ignore:
+    if "pull_request" not in event.section("issue"):
+        return Ignore("comment on an issue, not on a pull request")
+    author = event.get("comment.user.login")
+    author_type = event.optional("comment.user.type") or "User"
+    if commands.is_bot(author, author_type, event.bot_login):
+        return Ignore(f"comment by the bot {author!r}: bots are never answered")
+    body = event.optional("comment.body") or ""
+    previous = ((event.payload.get("changes") or {}).get("body") or {}).get("from")
+    if event.action == "edited" and previous is None:
+        return Ignore("edit without a body change")
+    if not commands.new_commands(previous, body, event.bot_login):
+        return Ignore("no new /etriage command in the comment")
+    pr, comment_id = event.get("issue.number"), event.get("comment.id")
+    return Enqueue(
+        "comment",
+        (event.repo, pr, comment_id, event.installation_id),
+        {"author": author, "author_type": author_type, "body": body,
+         "previous_body": previous, "action": event.action},
+        f"commands in comment {comment_id} on {event.repo}#{pr}",
+    )
+
+
+@on("installation", "created", "deleted", "suspend", "unsuspend", "new_permissions_accepted")
+def record_the_installation(event: Event) -> Enqueue:
+    installation_id = event.get("installation.id")
+    account = event.get("installation.account.login")
+    return Enqueue(
+        "installation", (installation_id, account, event.action), {},
+        f"installation {installation_id} {event.action} for {account}",
+    )

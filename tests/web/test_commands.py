@@ -1,0 +1,231 @@
+"""handle_comment with the worker's real GitHubClient (HTTP to the GitHub double) and real Store."""
+from __future__ import annotations
+
+import pytest
+
+from bot import repo_config
+from bot.commands import CommandContext, devices_allowed, handle_comment
+
+BOT = "etriage[bot]"
+REPO = "pytorch/executorch"
+PR = 7
+HEAD, NEXT_HEAD, BASE_SHA = "a" * 40, "c" * 40, "b" * 40
+LEVELS = ("none", "read", "triage", "write", "maintain", "admin")
+WITH_DEVICES = "triage: {}\ncommands: {}\nlabels: {}\ndevices: {}\n"
+FAILURE = {"category": "multi_method_lowering", "title": "Shared nodes across delegated subgraphs",
+           "explanation": "getitem nodes were left dangling after the submodule was replaced.",
+           "suggestion": "Keep getitem nodes with their delegate; see PR 10584.",
+           "line": "AssertionError: ```weird``` output", "test": "test_multi_method_two_backends",
+           "reproduce": "python -m pytest exir/backend/test/test_to_backend_multi_method.py",
+           "fingerprint": "3fa9c1d2e4b5"}
+
+
+class World:
+    def __init__(self, double, github, store, dispatcher):
+        self.double, self.github, self.store, self.dispatcher = double, github, store, dispatcher
+        double.add_pull(REPO, PR, HEAD, BASE_SHA, author="outsider")
+        for level in LEVELS:
+            double.set_permission(REPO, level, level)  # user "write" has write access, ...
+        double.set_permission(REPO, "outsider", "read")
+        store.known = {"1": FAILURE, "3fa9c1": FAILURE}
+
+    def comment(self, author: str, body: str, *, previous: str | None = None, action: str = "created",
+                config: str | None = WITH_DEVICES, author_type: str = "User"):
+        comment_id = self.double.add_user_comment(REPO, PR, author, body)
+        ctx = CommandContext(github=self.github, store=self.store, enqueue=self.dispatcher,
+                             repo_config=repo_config.load(config), bot_login=BOT, installation_id=99)
+        outcomes = handle_comment(ctx, repo=REPO, pr=PR, comment_id=comment_id, author=author,
+                                  author_type=author_type, body=body, previous_body=previous, action=action)
+        self.last_comment = comment_id
+        return outcomes
+
+    def reactions(self) -> list[str]:
+        return self.double.comments[self.last_comment]["reactions"]
+
+    def replies(self) -> list[str]:
+        return [c["body"] for c in self.double.comments_on(REPO, PR) if c["user"] == BOT]
+
+    def triage_calls(self) -> list[dict]:
+        return [args for task, args in self.dispatcher.calls if task == "triage_pr"]
+
+
+@pytest.fixture
+def world(github_double, github, store, dispatcher) -> World:
+    return World(github_double, github, store, dispatcher)
+
+
+COMMANDS = {
+    "help": "/etriage help",
+    "explain": "/etriage explain 1",
+    "rerun": "/etriage rerun",
+    "run": "/etriage run qnn",
+    "label": '/etriage label "triage: lint"',
+    "ignore": '/etriage ignore 1 --reason "flaky on the runner"',
+    "ok-to-test": "/etriage ok-to-test",
+}
+PERMISSION_TABLE = [
+    (verb, level, "answered" if verb in ("help", "explain")
+     else "accepted" if level in ("write", "maintain", "admin") else "refused")
+    for verb in COMMANDS for level in LEVELS
+]
+
+
+@pytest.mark.parametrize("verb, level, status", PERMISSION_TABLE)
+def test_permissions_per_verb(world, verb, level, status):
+    [outcome] = world.comment(level, COMMANDS[verb])
+    assert (outcome.verb, outcome.status) == (verb, status), outcome.detail
+    [audit] = world.store.audit_log(REPO, PR)
+    assert (audit["actor"], audit["command"]) == (level, COMMANDS[verb])
+    assert audit["outcome"].startswith(status)
+    if status == "refused":
+        assert world.reactions() == []
+        [reply] = world.replies()
+        assert f"`{verb}` needs write access to {REPO} (you have {level})" in reply
+        assert world.dispatcher.calls == [] and world.double.labels_on(REPO, PR) == []
+        assert world.store.ignored_failures(REPO, PR) == {}
+        assert not world.store.is_approved_for_devices(REPO, PR, HEAD)
+    else:
+        assert world.reactions() == ["eyes"]
+
+
+def test_accepted_commands_do_their_work(world):
+    outcomes = world.comment("maintain", "\n".join([
+        "/etriage rerun all --target qnn-sim", "/etriage run multi_method on host",
+        '/etriage label "TRIAGE: LINT" "triage: multi-method"', '/etriage ignore 3fa9c1 --reason "known flaky"']))
+    assert [o.status for o in outcomes] == ["accepted"] * 4
+    assert world.triage_calls() == [
+        dict(repo=REPO, pr=PR, head_sha=HEAD, base_ref="master", installation_id=99,
+             reason="rerun:all", targets=["qnn-sim"], suites=None),
+        dict(repo=REPO, pr=PR, head_sha=HEAD, base_ref="master", installation_id=99,
+             reason="run", targets=["host"], suites=["multi_method"]),
+    ]
+    assert world.double.labels_on(REPO, PR) == ["triage: lint", "triage: multi-method"]
+    assert world.store.ignored_failures(REPO, PR) == {"3fa9c1d2e4b5": "known flaky"}
+    assert world.reactions() == ["eyes"]
+    assert world.replies() == []  # accepted commands get the 👀 only
+
+
+def test_help_and_explain_are_answered_in_one_reply(world):
+    outcomes = world.comment("read", "/etriage help\n/etriage explain 1\n/etriage help")
+    assert [o.status for o in outcomes] == ["answered"] * 3
+    [reply] = world.replies()
+    assert reply.count("**etriage commands**") == 1
+    assert "`/etriage rerun [failed|all] [--target T]`" in reply and "`android-sm8650` (device)" in reply
+    assert "**Shared nodes across delegated subgraphs** (category `multi_method_lowering`)" in reply
+    assert "````\nAssertionError: ```weird``` output\n````" in reply  # the log line cannot close the block
+    assert "```sh\npython -m pytest exir/backend/test/test_to_backend_multi_method.py\n```" in reply
+
+
+def test_unknown_failure_is_explained_as_such(world):
+    [outcome] = world.comment("read", "/etriage explain 99")
+    assert outcome.status == "refused"
+    assert "no failure `99` on this pull request" in world.replies()[0]
+
+
+def test_refusals_and_errors_make_one_reply_and_nothing_runs(world):
+    outcomes = world.comment("write", "\n".join([
+        "/etriage rerunn", "/etriage run nope", "/etriage run qnn on mars", "/etriage label wontfix",
+        "/etriage rerun"]))
+    assert [o.status for o in outcomes] == ["invalid", "refused", "refused", "refused", "accepted"]
+    [reply] = world.replies()
+    assert reply.startswith("@write these commands were not run:\n")
+    assert "unknown command 'rerunn'; did you mean 'rerun'?" in reply
+    assert "unknown suite `nope`; known: `multi_method`, `mutable_buffer`, `probes`, `qnn`" in reply
+    assert "unknown target `mars`" in reply
+    assert "`wontfix` not in the allow-list" in reply
+    assert len(world.triage_calls()) == 1 and world.reactions() == ["eyes"]
+    assert len(world.store.audit_log(REPO, PR)) == 5
+
+
+def test_a_thousand_commands_run_ten_and_reply_once(world):
+    world.comment("admin", "/etriage rerun\n" * 1000)
+    assert len(world.triage_calls()) == 10
+    [reply] = world.replies()
+    assert "990 more were ignored" in reply
+    assert len(world.double.requests_to("POST", r"/reactions$")) == 1
+
+
+@pytest.mark.parametrize("author, author_type", [
+    (BOT, "Bot"), (BOT, "User"), ("etriage", "User"), ("dependabot[bot]", "Bot"),
+    ("pytorchbot", "Bot"), ("renovate[bot]", "User"),
+])
+def test_bots_are_never_answered(world, author, author_type):
+    assert world.comment(author, "/etriage rerun\n/etriage nope", author_type=author_type) == []
+    assert world.double.requests == [] and world.dispatcher.calls == []
+    assert world.store.audit_log(REPO, PR) == []
+
+
+def test_an_edit_runs_only_the_new_commands(world):
+    outcomes = world.comment("write", "/etriage rerun\n/etriage help", previous="/etriage rerun", action="edited")
+    assert [o.verb for o in outcomes] == ["help"]
+    assert world.triage_calls() == []
+    assert world.comment("write", "/etriage rerun", previous="/etriage rerun", action="edited") == []
+    assert world.comment("write", "/etriage rerun", action="deleted") == []
+
+
+def test_commands_are_silent_where_the_config_turns_them_off(world):
+    assert world.comment("admin", "/etriage rerun\n/etriage nope", config="triage: {}\n") == []
+    assert world.double.requests == []
+
+
+def test_features_that_are_off_are_refused_by_name(world):
+    outcomes = world.comment("admin", '/etriage label "triage: lint"\n/etriage rerun', config="commands:\n")
+    assert [o.status for o in outcomes] == ["refused", "refused"]
+    [reply] = world.replies()
+    assert "labels are not enabled here (no `labels:` section in .github/etriage.yml)" in reply
+    assert "triage is not enabled here (no `triage:` section in .github/etriage.yml)" in reply
+
+
+# ---- devices and ok-to-test ----------------------------------------------------------------------
+
+def test_outside_contributor_pr_needs_ok_to_test_for_devices_until_the_next_push(world):
+    device_run = "/etriage run qnn on android-sm8650"
+    [refused] = world.comment("maintain", device_run)
+    assert refused.status == "refused"
+    assert "a maintainer must first say `/etriage ok-to-test` for its current head aaaaaaa" in world.replies()[-1]
+    assert world.triage_calls() == []
+
+    [self_approval] = world.comment("outsider", "/etriage ok-to-test")
+    assert self_approval.status == "refused"
+    assert not world.store.is_approved_for_devices(REPO, PR, HEAD)
+
+    [approved] = world.comment("maintain", "/etriage ok-to-test")
+    assert approved.status == "accepted"
+    assert world.store.is_approved_for_devices(REPO, PR, HEAD)
+    assert world.triage_calls()[-1]["reason"] == "ok-to-test"
+    [accepted] = world.comment("maintain", device_run)
+    assert accepted.status == "accepted"
+    assert world.triage_calls()[-1]["targets"] == ["android-sm8650"]
+    [emulator] = world.comment("outsider", "/etriage explain 1")
+    assert emulator.status == "answered"
+
+    world.double.push(REPO, PR, NEXT_HEAD)  # the approval ends with the next push
+    [again] = world.comment("maintain", device_run)
+    assert again.status == "refused"
+    assert "current head ccccccc" in world.replies()[-1]
+    assert devices_allowed(world.github, world.store, REPO, PR, head_sha=NEXT_HEAD, pr_author="outsider") is False
+    assert devices_allowed(world.github, world.store, REPO, PR, head_sha=HEAD, pr_author="outsider") is True
+
+
+def test_a_pr_from_someone_with_write_access_may_use_devices_directly(world):
+    world.double.add_pull(REPO, PR, HEAD, BASE_SHA, author="write")
+    [outcome] = world.comment("admin", "/etriage rerun --target android-sm8650")
+    assert outcome.status == "accepted"
+    assert devices_allowed(world.github, world.store, REPO, PR, head_sha=HEAD, pr_author="write")
+
+
+def test_devices_are_refused_where_the_config_does_not_enable_them(world):
+    [outcome] = world.comment("admin", "/etriage rerun --target android-sm8650", config=None)
+    assert outcome.status == "refused"
+    assert "device runs are not enabled for it (`devices:` in .github/etriage.yml)" in world.replies()[0]
+    [approval] = world.comment("admin", "/etriage ok-to-test", config=None)
+    assert approval.status == "accepted" and "not enabled" in approval.detail
+    assert world.triage_calls() == []
+
+
+def test_github_failure_is_an_internal_error_not_the_users(world):
+    world.double.fail("POST", r"/issues/7/labels$", 500, times=5)
+    [outcome] = world.comment("admin", '/etriage label "triage: lint"')
+    assert outcome.status == "failed"
+    [reply] = world.replies()
+    assert "could not be run because of an internal error (it was logged); please try again later" in reply
