@@ -1,0 +1,119 @@
+"""The probes catch real regressions: each seed breakage, patched into an overlay of the
+installed executorch, makes the right probe fail with the right category and diagnosis."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+import pytest
+
+pytestmark = pytest.mark.executorch
+
+
+@dataclass(frozen=True)
+class Case:
+    patch: str
+    suite: str
+    failing: dict[str, list[str]]  # probe -> substrings its failure message must hold
+    passing: tuple[str, ...] = ()
+
+
+CASES = [
+    Case(
+        "mutable_buffer_quantizer_freezes_kv_cache",
+        "mutable_buffer",
+        {
+            "kv_cache_quantized": [
+                "ProbeFailure: [mutable_buffer] quantized flow lost the mutable KV cache",
+                "FP: b_k_cache BUFFER -> BUFFER_MUTATION(index_put)",
+                "k_cache missing from inputs",
+                "index_put reads b__frozen_param",
+                "BUFFER_MUTATION outputs: 2 -> 0",
+            ]
+        },
+        passing=("kv_cache_fp",),
+    ),
+    Case(
+        "mutable_buffer_no_write_back",
+        "mutable_buffer",
+        {
+            "kv_cache_fp": ["ProbeFailure: [mutable_buffer] FP flow:", "nothing writes back into b_k_cache"],
+            "kv_cache_quantized": ["ProbeFailure: [mutable_buffer]", "nothing writes back into b_v_cache"],
+        },
+    ),
+    Case(
+        "multi_method_first_partitioner_for_all",
+        "multi_method",
+        {
+            "per_method_partitioners": [
+                "ProbeFailure: [multi_method_lowering]",
+                "partitioner map routed wrongly: method 'decode' was given NoDelegationPartitioner",
+                "['XnnpackBackend']",
+            ],
+            "two_methods_different_backends": [
+                "ProbeFailure: [multi_method_lowering]",
+                "method 'all_first'",
+            ],
+        },
+        passing=("shared_nodes_across_delegates",),
+    ),
+    Case(
+        "multi_method_getitem_order",
+        "multi_method",
+        {
+            "shared_nodes_across_delegates": [
+                "ProbeFailure: [multi_method_lowering] shared nodes across delegates: prefill: getitem",
+                "[XnnpackBackend]",
+                "delegate outputs and getitem indices disagree",
+            ]
+        },
+        passing=("per_method_partitioners", "two_methods_different_backends"),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.patch for c in CASES])
+def test_patch_applies_to_pristine_package(case, overlay, tmp_path):
+    """The pipeline reuses these as head commits: they must apply with git apply."""
+    patch = overlay.REGRESSIONS / f"{case.patch}.patch"
+    assert patch.read_text().startswith("# Breaks: "), "first line must say what the patch breaks"
+    for name in overlay.touched_files(patch):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(overlay.installed_package() / name, tmp_path / name)
+    proc = subprocess.run(["git", "apply", "--check", str(patch)], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.patch for c in CASES])
+def test_probe_catches_regression(case, overlay, probe_subprocess, tmp_path):
+    root = overlay.build_overlay(tmp_path / "overlay", overlay.REGRESSIONS / f"{case.patch}.patch")
+    for name in overlay.touched_files(overlay.REGRESSIONS / f"{case.patch}.patch"):
+        module = "executorch." + name.removesuffix(".py").replace("/", ".")
+        assert overlay.module_file(root, module) == str(root / "executorch" / name), "overlay must win"
+    assert overlay.module_file(root, "executorch.exir.backend.backend_api").startswith(str(root))
+
+    probes = [*case.failing, *case.passing]
+    args = ["--suite", case.suite] + [arg for p in probes for arg in ("--probe", p)]
+    proc, suite = probe_subprocess(args, overlay.overlay_env(root), tmp_path, tmp_path / "probes.xml")
+
+    assert proc.returncode == 1
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert set(cases) == set(probes)
+    for name, needles in case.failing.items():
+        failure = cases[name].find("failure")
+        assert failure is not None, f"{name} did not fail:\n{proc.stdout}"
+        message = failure.get("message")
+        assert message.startswith("ProbeFailure: [") and "\n" not in message
+        for needle in needles:
+            assert needle in failure.text, f"{needle!r} not in diagnosis of {name}:\n{failure.text}"
+    for name in case.passing:
+        assert len(cases[name]) == 0, f"{name} should be unaffected by {case.patch}:\n{proc.stdout}"
+
+
+def test_readme_lists_every_patch(overlay):
+    readme = (overlay.REGRESSIONS / "README.md").read_text()
+    patches = sorted(p.name for p in overlay.REGRESSIONS.glob("*.patch"))
+    assert patches == sorted(f"{c.patch}.patch" for c in CASES)
+    for name in patches:
+        assert f"`{name}`" in readme
