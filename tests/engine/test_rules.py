@@ -1,0 +1,110 @@
+"""Rule files: load-time validation (with file:line), matching, and the shipped rule set."""
+from __future__ import annotations
+
+import pytest
+
+from triage_rules import CATEGORIES, classify_text
+from triage_rules.rules import RuleError, Subject, default_rules, load_rules, match_rules, parse_rules
+
+GOOD = """\
+rules:
+  - id: good-rule
+    category: lint
+    title: A lint rule
+    priority: 5
+    match:
+      line: 'lint (?P<what>\\w+)'
+    explanation: "found {what}"
+"""
+
+
+@pytest.mark.parametrize(
+    "text,error",
+    [
+        (GOOD.replace("    priority: 5\n", "    priority: 5\n    colour: red\n"), "rule.yaml:6: unknown key 'colour'"),
+        (GOOD.replace("'lint (?P<what>\\w+)'", "'lint (unclosed'"), "rule.yaml:7: bad regex for 'line' in rule 'good-rule'"),
+        (GOOD.replace("category: lint", "category: lints"), "rule.yaml:3: unknown category 'lints'"),
+        (GOOD.replace("      line:", "      lines:"), "rule.yaml:7: unknown matcher 'lines'"),
+        (GOOD.replace("    title: A lint rule\n", ""), "rule.yaml:2: rule 'good-rule' lacks title"),
+        (GOOD.replace("priority: 5", "priority: high"), "rule.yaml:5: priority of 'good-rule' must be an integer"),
+        (GOOD.replace('category: lint', 'category: "{nope}"'), "rule.yaml:3: category '{nope}' of 'good-rule' names no capture group"),
+        (GOOD + "  - id: x\n   bad: [", "rule.yaml"),
+        ("rules: {}\n", "rule.yaml:1: 'rules' must be a list"),
+        (GOOD.replace("    priority: 5\n", "    priority: 5\n    priority: 6\n"), "rule.yaml:2: duplicate key 'priority'"),
+    ],
+    ids=["unknown-key", "bad-regex", "bad-category", "unknown-matcher", "missing-title", "bad-priority",
+         "category-template", "invalid-yaml", "rules-not-list", "duplicate-key"],
+)
+def test_invalid_rule_files_are_rejected_with_file_and_line(text, error):
+    with pytest.raises(RuleError) as caught:
+        parse_rules(text, "rule.yaml")
+    assert error in str(caught.value)
+
+
+def test_duplicate_ids_across_files_are_rejected(tmp_path):
+    (tmp_path / "a.yaml").write_text(GOOD)
+    (tmp_path / "b.yaml").write_text("\n\n" + GOOD)
+    with pytest.raises(RuleError, match=r"b\.yaml:4: duplicate rule id 'good-rule' \(first defined at .*a\.yaml:2\)"):
+        load_rules(tmp_path)
+
+
+def test_captures_fill_the_explanation_and_priority_orders_rules(tmp_path):
+    low = GOOD.replace("good-rule", "low-rule").replace("priority: 5", "priority: 1").replace("found {what}", "low")
+    (tmp_path / "a.yaml").write_text(low + GOOD.split("rules:\n", 1)[1])
+    rules = load_rules(tmp_path)
+    assert [r.id for r in rules] == ["good-rule", "low-rule"]
+    found = match_rules(rules, Subject(primary="x", lines=("lint error here",)))
+    assert found.rule.id == "good-rule" and found.captures == {"what": "error"}
+
+
+def test_shipped_rule_set_is_large_valid_and_cached():
+    rules = default_rules()
+    assert len(rules) >= 60
+    assert default_rules() is rules  # compiled once per process
+    assert {r.category for r in rules if not r.category.startswith("{")} <= set(CATEGORIES)
+    for category in CATEGORIES:
+        assert any(r.category == category for r in rules) or category in ("multi_method_lowering", "mutable_buffer")
+
+
+@pytest.mark.parametrize(
+    "line,category,environment",
+    [
+        ("Failed to set up QNN SDK. Please check QNN_SDK_ROOT.", "qnn_sdk_or_toolchain", True),
+        ("E 00:00:00.012345 executorch:method.cpp:85] Backend QnnBackend is not registered.", "runtime_error", True),
+        ("adb: error: device offline", "device_infra", True),
+        ("error: device unauthorized.", "device_infra", True),
+        ("adb command failed", "device_infra", True),
+        ("ModuleNotFoundError: No module named 'executorch.backends.qualcomm.python.PyQnnManagerAdaptor'", "qnn_sdk_or_toolchain", True),
+        ("ModuleNotFoundError: No module named 'yaml'", "import_or_env", False),
+        ("RuntimeError: Failed to execute method forward, error: 0x14", "runtime_error", False),
+        ("AssertionError: Tensor-likes are not close!", "numerical_mismatch", False),
+        ("CMake Error at backends/qualcomm/CMakeLists.txt:12 (message):", "build_failure", False),
+        ("runtime/executor/method.cpp:120:5: error: use of undeclared identifier 'x'", "build_failure", False),
+        ("No space left on device", "ci_infra", True),
+        ("##[error]The operation was canceled.", "ci_infra", True),
+        ("torch._dynamo.exc.Unsupported: call_function args: UserDefinedObjectVariable(EasyDict)", "export_failure", False),
+        ("torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode: Could not guard on data-dependent expression", "export_failure", False),
+        ("executorch.exir.verification.verifier.SpecViolationError: Operator torch._ops.aten.foo.default is not Aten Canonical.", "export_failure", False),
+        ("ValueError: buffers_to_mutate is empty after convert_pt2e", "mutable_buffer", False),
+        ("AssertionError: k_cache became a frozen constant _frozen_param0 after convert_pt2e", "mutable_buffer", False),
+        ("RuntimeError: index_put_ on the kv cache is not supported by the partitioner", "mutable_buffer", False),
+        ("RuntimeError: node aten_sin_default is used by multiple delegates (shared by several partitions)", "multi_method_lowering", False),
+        ("RuntimeError: getitem node getitem_1 is dangling after lowering", "multi_method_lowering", False),
+        ("[ERROR] [Qnn ExecuTorch]: Failed to finalize Qnn Graph with error: 1002", "qnn_op_validation", False),
+        ("Segmentation fault (core dumped)", "runtime_error", False),
+    ],
+)
+def test_rules_put_real_failure_lines_in_the_right_category(line, category, environment):
+    first = classify_text(f"2026-08-01T10:00:00.0000000Z {line}\n")[0]
+    assert (first.category, first.environment) == (category, environment), first.rule
+    assert first.title and first.explanation
+
+
+def test_no_rule_match_still_explains(tmp_path):
+    first = classify_text("some tool: fatal: the frobnicator exploded\n")[0]
+    assert first.category in CATEGORIES and first.explanation and first.title
+
+
+def test_job_name_matcher():
+    first = classify_text("Process exploded somewhere. error: nope\n", job_name="Lint / lintrunner")
+    assert first[0].category == "lint"

@@ -1,0 +1,84 @@
+"""`etriage classify [--format text|json] PATH...`: failures in CI or test logs.
+
+Imports neither torch nor executorch, so it starts in a fraction of a second.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from triage_rules.engine import classify_blocks, classify_file
+from triage_rules.junit import JUnitError
+from triage_rules.readers import LogReadError, iter_text_blocks
+from triage_rules.records import Failure
+from triage_rules.rules import RuleError
+
+JSON_KEYS = ("category", "rule", "title", "test", "exception", "message", "line_no", "line",
+             "fingerprint", "explanation", "suggestion", "owners", "environment", "context", "frames")
+_COLOURS = {"title": "\x1b[1;31m", "dim": "\x1b[2m", "key": "\x1b[36m", "reset": "\x1b[0m"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="log files, JUnit XML files, or - for stdin")
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    parser.add_argument("--job", default=None, help="CI job name (some rules match on it)")
+
+
+def run(args: argparse.Namespace) -> int:
+    status = 0
+    colour = args.format == "text" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    for path in args.paths:
+        try:
+            failures = _classify(path, args.job)
+        except (LogReadError, JUnitError, OSError, RuleError) as exc:
+            message = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            if not message.startswith(path):
+                message = f"{path}: {message}"
+            print(f"etriage classify: {message}", file=sys.stderr)
+            status = 1
+            continue
+        if args.format == "json":
+            print(json.dumps({"path": path, "failures": [_json(f) for f in failures]}), flush=True)
+        else:
+            print(_text(path, failures, colour), flush=True)
+    return status
+
+
+def _classify(path: str, job: str | None) -> list[Failure]:
+    if path == "-":
+        return classify_blocks(iter_text_blocks(sys.stdin.buffer), job_name=job)
+    return classify_file(path, job_name=job)
+
+
+def _json(failure: Failure) -> dict:
+    data = failure.to_dict()
+    return {key: data[key] for key in JSON_KEYS}
+
+
+def _text(path: str, failures: list[Failure], colour: bool) -> str:
+    def paint(kind: str, text: str) -> str:
+        return f"{_COLOURS[kind]}{text}{_COLOURS['reset']}" if colour else text
+
+    if not failures:
+        return f"{path}: no failures found"
+    blocks = [f"{path}: {len(failures)} failure(s)"]
+    for number, failure in enumerate(failures, 1):
+        env = " [environment]" if failure.environment else ""
+        lines = [
+            paint("title", f"#{number} {failure.title}") + f"  ({failure.category}, rule {failure.rule}){env}",
+            f"  {paint('key', 'line')} {failure.line_no}: {failure.line.strip()}",
+        ]
+        if failure.test:
+            lines.append(f"  {paint('key', 'test')} {failure.test}")
+        if failure.exception:
+            lines.append(f"  {paint('key', 'error')} {failure.exception}: {failure.message}")
+        lines.append(f"  {paint('key', 'why')}  {failure.explanation}")
+        if failure.suggestion:
+            lines.append(f"  {paint('key', 'next')} {failure.suggestion}")
+        if failure.owners:
+            lines.append(f"  {paint('key', 'cc')}   {' '.join(failure.owners)}")
+        lines.append(paint("dim", f"  fingerprint {failure.fingerprint}"))
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
