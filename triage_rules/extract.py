@@ -26,6 +26,7 @@ LOOKAHEAD_CHARS = 1 << 18
 LOOKBACK_CHARS = 1 << 18
 TRACEBACK_WINDOW = 1 << 16
 CONTEXT_LINES = 3
+CONTEXT_LINE_CHARS = 400  # a 5 KB compiler command line says nothing a person reads in a comment
 MAX_GROUPS = 256
 MAX_EVIDENCE = 24
 MAX_FRAMES = 40
@@ -217,7 +218,11 @@ def _context(buf: str, ls: int, le: int) -> list[str]:
         nxt = len(buf) if nxt < 0 else nxt
         after.append(clean_line(buf[pos:nxt]))
         pos = nxt + 1
-    return before[::-1] + after
+    return [_clip(text) for text in before[::-1] + after]
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= CONTEXT_LINE_CHARS else text[:CONTEXT_LINE_CHARS] + " …"
 
 
 def _python_traceback(buf: str, ls: int) -> tuple[list[Frame], bool]:
