@@ -1,0 +1,87 @@
+"""Stage 1, plan: from the diff merge_base..head to areas, backends, suites, targets, recipes.
+
+Takes a repository path and two revisions; returns a `Plan`. The mapping is data
+(triage_rules/tables/areas.yaml, suites.yaml, recipes.yaml, targets.yaml).
+"""
+from __future__ import annotations
+
+from tasks.pipeline import gitio
+from tasks.pipeline.tables import Tables
+from tasks.records import ChangedFile, Plan
+
+
+def area_of(path: str, tables: Tables):
+    for area in tables.areas:
+        if area.matches(path):
+            return area
+    return None
+
+
+def backends_of(path: str, area, tables: Tables) -> set[str]:
+    if area is None:
+        return set()
+    if area.backends == "all":
+        return set(tables.backends)
+    if area.backends == "from_path":
+        parts = path.split("/")
+        name = parts[1] if len(parts) > 2 else ""
+        return {name} if name in tables.backends else set()
+    return set(area.backends)
+
+
+def suites_for(backends: set[str], tables: Tables, only: list[str] | None) -> list[str]:
+    chosen = [s.name for s in tables.suites.values() if backends & set(s.backends)]
+    return [s for s in chosen if s in only] if only else chosen
+
+
+def recipes_for(files: list[ChangedFile], backends: set[str], tables: Tables) -> list[str]:
+    chosen = []
+    for recipe in tables.recipes.values():
+        touched = [f for f in files if recipe.covers(f.path) or (f.old_path and recipe.covers(f.old_path))]
+        if not touched:
+            continue
+        if recipe.kind == "cmake" and recipe.backends and not backends & set(recipe.backends):
+            continue
+        chosen.append(recipe.name)
+    return chosen
+
+
+def plan_change(repo, base: str, head: str, tables: Tables, *,
+                targets: list[str] | None = None, suites: list[str] | None = None) -> Plan:
+    base_sha, head_sha = gitio.resolve(repo, base), gitio.resolve(repo, head)
+    merge_base = gitio.merge_base(repo, base_sha, head_sha)
+    files = gitio.changed_files(repo, merge_base, head_sha)
+    notes: list[str] = []
+
+    unknown_suites = [s for s in suites or () if s not in tables.suites]
+    if unknown_suites:
+        raise ValueError(f"unknown suite(s): {', '.join(unknown_suites)} (known: {', '.join(tables.suites)})")
+    if targets:
+        unknown = [t for t in targets if t not in tables.targets]
+        if unknown:
+            raise ValueError(f"unknown target(s): {', '.join(unknown)} (known: {', '.join(tables.targets)})")
+    target_names = list(targets or tables.targets)
+
+    areas, backends, docs_only_files = [], set(), 0
+    for f in files:
+        for path in filter(None, (f.path, f.old_path)):
+            area = area_of(path, tables)
+            if area is not None and area.name not in areas:
+                areas.append(area.name)
+            if area is not None and area.docs:
+                docs_only_files += path == f.path
+            backends |= backends_of(path, area, tables)
+
+    docs_only = bool(files) and docs_only_files == len(files)
+    if not files:
+        notes.append("no changes between the merge base and head: nothing to run")
+    elif docs_only:
+        notes.append("documentation-only change: no build, no suites run")
+    elif not backends:
+        notes.append(f"changes only in areas that affect no backend ({', '.join(areas)}): no suites run")
+
+    suite_names = suites_for(backends, tables, suites) if backends and not docs_only else []
+    recipe_names = recipes_for(files, backends, tables) if suite_names else []
+    return Plan(base=base_sha, head=head_sha, merge_base=merge_base, changed_files=files,
+                areas=areas, backends=sorted(backends), suites=suite_names,
+                targets=target_names, recipes=recipe_names, docs_only=docs_only, notes=notes)

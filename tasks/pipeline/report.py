@@ -1,0 +1,100 @@
+"""Stage 5, report: the Report as JSON (machines) and markdown (the future PR comment)."""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+from tasks.records import Report, Verdict
+
+
+def to_json(report: Report) -> str:
+    return json.dumps(report.to_dict(), indent=2)
+
+
+def headline(report: Report) -> str:
+    s = report.summary
+    if report.plan.docs_only or not report.plan.suites:
+        return "Nothing to run for this change: " + ("; ".join(report.plan.notes) or "no suites apply")
+    if report.build.status == "failed" and not report.results:
+        return f"The build failed: {report.build.reason}"
+    new = s.get("new", 0)
+    parts = [f"{new} new failure{'s' if new != 1 else ''} caused by this change",
+             f"{s.get('pre_existing', 0)} pre-existing", f"{s.get('flaky', 0)} flaky",
+             f"{s.get('environment', 0)} environment"]
+    if s.get("fixed"):
+        parts.append(f"{s['fixed']} fixed")
+    if s.get("not_run"):
+        parts.append(f"{s['not_run']} suite run(s) not run")
+    return ", ".join(parts)
+
+
+def _groups(verdicts: list[Verdict]) -> list[list[Verdict]]:
+    groups: dict[str, list[Verdict]] = defaultdict(list)
+    for v in verdicts:
+        groups[v.fingerprint or f"{v.category}:{v.primary_line}"].append(v)
+    return list(groups.values())
+
+
+def _section(group: list[Verdict]) -> list[str]:
+    first = group[0]
+    lines = [f"### {first.title or first.category}: {len(group)} test{'s' if len(group) > 1 else ''}", ""]
+    lines.append(f"- **Category:** `{first.category}`" + (f" (rule `{first.rule}`)" if first.rule else ""))
+    lines.append(f"- **Primary line:** `{first.primary_line.strip()[:300]}`")
+    if first.explanation:
+        lines.append(f"- **Why:** {first.explanation}")
+    if first.suggestion:
+        lines.append(f"- **Next step:** {first.suggestion}")
+    lines.append("- **Tests:** " + ", ".join(f"`{v.test}` ({v.target})" for v in group[:10])
+                 + (f" and {len(group) - 10} more" if len(group) > 10 else ""))
+    if first.suspects:
+        lines.append("- **Where to look:**")
+        lines.extend(f"  - `{s.path}` `{s.symbol or '(file)'}` (score {s.score:g}: {s.reason})"
+                     for s in first.suspects)
+    lines += ["", "Reproduce locally:", "```", first.reproduce, "```"]
+    if first.log_excerpt:
+        lines += ["<details><summary>log excerpt</summary>", "", "```",
+                  first.log_excerpt.strip()[-2500:].replace("```", "'''"), "```", "</details>"]
+    return lines + [""]
+
+
+def to_markdown(report: Report) -> str:
+    plan = report.plan
+    lines = [f"## etriage: {headline(report)}", "",
+             f"`{report.merge_base[:12]}..{report.head[:12]}` (base `{report.base[:12]}`), "
+             f"{len(plan.changed_files)} changed file(s); areas: {', '.join(plan.areas) or '-'}; "
+             f"backends: {', '.join(plan.backends) or '-'}; build: {report.build.status}"
+             + (f" ({report.build.reason})" if report.build.reason else ""), ""]
+    for note in plan.notes:
+        lines.append(f"> {note}")
+    by_verdict = defaultdict(list)
+    for v in report.results:
+        by_verdict[v.verdict].append(v)
+    if by_verdict["new"]:
+        lines += ["## New failures caused by this change", ""]
+        for group in _groups(by_verdict["new"]):
+            lines += _section(group)
+    if by_verdict["environment"]:
+        lines += ["## Environment failures (not the change's fault)", ""]
+        lines += [f"- `{v.test}` ({v.target}): {v.primary_line.strip()[:200]} (`{v.category}`)"
+                  for v in by_verdict["environment"]] + [""]
+    for verdict, title in (("pre_existing", "Pre-existing failures (also fail at the merge base)"),
+                           ("flaky", "Flaky (failed, then passed on retry)"), ("fixed", "Fixed by this change")):
+        if by_verdict[verdict]:
+            lines += [f"## {title}", ""]
+            lines += [f"- `{v.test}` ({v.target})" + (f": {v.primary_line.strip()[:160]}" if v.primary_line else "")
+                      for v in by_verdict[verdict]] + [""]
+    not_run = [s for s in report.suites if s.status == "not_run"]
+    if not_run:
+        lines += ["## Not run", ""] + [f"- {s.suite} on {s.target}: not run: {s.reason}" for s in not_run] + [""]
+    ran = [s for s in report.suites if s.status != "not_run"]
+    if ran:
+        lines += ["<details><summary>What ran</summary>", ""]
+        lines += [f"- {s.suite} on {s.target}: {s.status}, {len(s.tests)} test(s), {s.seconds:.0f}s" for s in ran]
+        if plan.selected:
+            lines += ["", "Selected tests:"] + [f"- `{t.path}`: {t.reason}" for t in plan.selected]
+        if plan.left_out:
+            lines += ["", "Left out:"] + [f"- `{t.path}`: {t.reason}" for t in plan.left_out[:15]]
+        lines += ["", "</details>", ""]
+    lines.append(f"<sub>triage took {report.seconds:.0f}s"
+                 + (" (merge-base results from cache)" if report.base_cached else "") + "</sub>")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,140 @@
+"""Stage 3, suites: a suite definition (suites.yaml) + a build -> a command, run, JUnit read.
+
+Results come from the JUnit XML; a run that leaves none is reported as a crash, with
+its log kept for the engine. Tests run from the change's own tree (the overlay's package
+directory) so the change's test files are the ones collected.
+"""
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tasks.pipeline.sandbox import run_logged
+from tasks.pipeline.tables import Suite
+from tasks.records import BuildResult, SuiteResult, TestResult
+
+TEXT_LIMIT = 12000
+PYTEST_INI = "[pytest]\naddopts =\ntimeout = 600\njunit_logging = all\njunit_family = xunit1\n"
+
+
+@dataclass
+class SuiteRun:
+    """One suite at one commit on one target: everything the command needs."""
+
+    suite: Suite
+    build: BuildResult
+    target: str
+    run_dir: Path
+    python: str = sys.executable
+    paths: tuple[str, ...] = ()  # overrides suite.paths (the `selected` suite)
+    node_ids: tuple[str, ...] = ()  # only these tests (retries)
+    timeout: float = 1800
+    values: dict[str, str] = field(default_factory=dict)  # extra command placeholders
+    attempt: int = 0
+
+    @property
+    def package_dir(self) -> Path:
+        return Path(self.build.package_dir or "")
+
+    def work_dir(self) -> Path:
+        path = self.run_dir / "suites" / f"{self.suite.name}-{self.target}-{self.build.commit[:12]}-{self.attempt}"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+def pytest_command(run: SuiteRun, junit: Path) -> list[str]:
+    ini = run.run_dir / "pytest.ini"
+    if not ini.exists():
+        ini.write_text(PYTEST_INI)
+    targets = list(run.node_ids) or list(run.paths or run.suite.paths)
+    return [run.python, "-m", "pytest", "-p", "no:cacheprovider", "-c", str(ini),
+            "--rootdir", str(run.package_dir), "-q", "--junit-xml", str(junit),
+            # one broken test file must not hide the results of the others
+            "--continue-on-collection-errors",
+            *run.suite.args, *targets]
+
+
+def template_command(run: SuiteRun, junit: Path, **more: str) -> list[str]:
+    values = {"python": run.python, "junit": str(junit), "executorch_root": str(run.package_dir),
+              **run.values, **more}
+    return [arg.format(**values) for arg in run.suite.command]
+
+
+def reproduce_command(suite: Suite, test: str) -> str:
+    """What a developer types in a checkout to run this one test."""
+    if suite.kind in ("pytest", "selected"):
+        return f"python -m pytest {shlex.quote(test)}"
+    if suite.kind == "probes":
+        probe_suite, _, probe = test.partition("::")
+        return f"python -m tasks.probes --suite {probe_suite}" + (f" --probe {probe}" if probe else "")
+    return " ".join(suite.command).replace("{python}", "python").replace("{test}", test)
+
+
+def node_id(classname: str, name: str, package_dir: Path) -> str:
+    """JUnit classname + name -> pytest node id relative to the package root."""
+    parts = classname.split(".") if classname else []
+    for i in range(len(parts), 0, -1):
+        candidate = "/".join(parts[:i]) + ".py"
+        if (package_dir / candidate).exists():
+            return "::".join(filter(None, [candidate, *parts[i:], name]))
+    return "::".join([*filter(None, [classname]), name])
+
+
+def captured_output(junit: Path) -> dict[tuple[str, str], str]:
+    """(classname, name) -> the case's captured stdout/stderr (junit_logging=all).
+
+    The runtime's own log lines live there (e.g. "Backend X is not registered"), and the
+    engine needs them to tell an environment failure from a regression.
+    """
+    captured = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        parts = [el.text or "" for el in case if el.tag in ("system-out", "system-err")]
+        if any(p.strip() for p in parts):
+            captured[(case.get("classname", ""), case.get("name", ""))] = "\n".join(parts)
+    return captured
+
+
+def read_results(junit: Path, run: SuiteRun) -> list[TestResult]:
+    from triage_rules.junit import read_junit
+
+    results = []
+    captured = captured_output(junit)
+    for case in read_junit(junit):
+        if run.suite.kind == "probes":  # classname "probes.<probe suite>"
+            test = f"{case.classname.removeprefix('probes.')}::{case.name}"
+        else:
+            test = node_id(case.classname, case.name, run.package_dir)
+        results.append(TestResult(suite=run.suite.name, test=test, target=run.target,
+                                  outcome=case.outcome, message=(case.message or "")[:500],
+                                  text=_trim(case.text or "", captured.get((case.classname, case.name), ""))
+                                  if case.outcome in ("failed", "error") else "",
+                                  seconds=float(case.time or 0.0)))
+    return results
+
+
+def _trim(failure_text: str, captured: str) -> str:
+    """Failure text first (the engine's best evidence), then the tail of the captured output."""
+    room = max(TEXT_LIMIT - len(failure_text), 2000)
+    return (failure_text[-TEXT_LIMIT:] + ("\n" + captured[-room:] if captured else ""))
+
+
+def execute(run: SuiteRun, cmd: list[str], env: dict[str, str], junit: Path) -> SuiteResult:
+    """Run one command that writes `junit`; the result comes from that file."""
+    start = time.monotonic()
+    log_path = junit.with_suffix(".log")
+    done = run_logged(cmd, cwd=run.package_dir, env=env, log_path=log_path, timeout=run.timeout)
+    result = SuiteResult(suite=run.suite.name, target=run.target, commit=run.build.commit,
+                         status="ran", command=cmd, seconds=round(time.monotonic() - start, 2))
+    tests = read_results(junit, run) if junit.is_file() and junit.stat().st_size else []
+    if not tests:
+        result.status = "crashed"
+        why = "timed out" if done.returncode is None else f"exit code {done.returncode}"
+        result.reason = f"no JUnit results ({why})"
+        result.log_excerpt = done.tail()
+    else:
+        result.tests = tests
+    return result

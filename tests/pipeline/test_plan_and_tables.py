@@ -1,0 +1,125 @@
+"""Planning from real git diffs (renames, deletions, binary files) through the real tables."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tasks.pipeline.gitio import GitError
+from tasks.pipeline.plan import plan_change
+from tasks.pipeline.tables import DEFAULT_DIR, TableError, load_tables
+
+
+@pytest.fixture(scope="module")
+def small_repo(tmp_path_factory, gitkit) -> Path:
+    repo = gitkit.init_repo(tmp_path_factory.mktemp("small") / "repo")
+    for path in ("exir/backend/backend_api.py", "backends/qualcomm/qnn_preprocess.py",
+                 "backends/xnnpack/partition/xnnpack_partitioner.py", "docs/source/intro.md",
+                 "README.md", "CMakeLists.txt", "runtime/core/evalue.cpp", "examples/demo.py"):
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(f"# {path}\n")
+    gitkit.commit_all(repo, "base")
+    return repo
+
+
+def head_with(gitkit, repo: Path, name: str, edit) -> str:
+    gitkit.git(repo, "checkout", "-q", "-B", name, "main")
+    edit(repo)
+    sha = gitkit.commit_all(repo, name)
+    gitkit.git(repo, "checkout", "-q", "main")
+    return sha
+
+
+def write(path: str, text: str = "x = 1\n"):
+    def edit(repo: Path):
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
+    return edit
+
+
+def rename(old: str, new: str):
+    return lambda repo: (repo / old).rename(repo / new)
+
+
+def delete(path: str):
+    return lambda repo: (repo / path).unlink()
+
+
+def binary(path: str):
+    return lambda repo: (repo / path).write_bytes(bytes(range(256)) * 4)
+
+
+CASES = [
+    # name, edit, backends, suites contain, suites exclude, recipes, docs_only
+    ("docs", write("docs/source/intro.md", "# new\n"), [], [], ["multi_method"], [], True),
+    ("readme", write("README.md", "hi\n"), [], [], ["multi_method"], [], True),
+    ("exir", write("exir/backend/backend_api.py"), ["portable", "qualcomm", "xnnpack"],
+     ["multi_method", "probes", "index_put", "qnn_delegate"], [], ["overlay"], False),
+    ("qnn", write("backends/qualcomm/qnn_preprocess.py"), ["qualcomm"],
+     ["qnn_delegate", "multi_method"], ["index_put"], ["overlay"], False),
+    ("xnnpack-rename", rename("backends/xnnpack/partition/xnnpack_partitioner.py",
+                              "backends/xnnpack/partition/partitioner.py"),
+     ["xnnpack"], ["index_put"], ["qnn_delegate"], ["overlay"], False),
+    ("delete", delete("exir/backend/backend_api.py"), ["portable", "qualcomm", "xnnpack"],
+     ["multi_method"], [], ["overlay"], False),
+    ("cmake", write("CMakeLists.txt", "project(x)\n"), ["portable", "qualcomm", "xnnpack"],
+     ["multi_method"], [], ["cmake-host"], False),
+    ("cpp", write("runtime/core/evalue.cpp", "int x;\n"), ["portable", "qualcomm", "xnnpack"],
+     ["multi_method"], [], ["cmake-host"], False),
+    ("examples", write("examples/demo.py"), [], [], ["multi_method"], [], False),
+]
+
+
+@pytest.mark.parametrize("name,edit,backends,has,lacks,recipes,docs_only", CASES, ids=[c[0] for c in CASES])
+def test_plan_maps_paths_to_backends_suites_and_recipes(small_repo, gitkit, name, edit, backends, has, lacks,
+                                                        recipes, docs_only):
+    head = head_with(gitkit, small_repo, name, edit)
+    plan = plan_change(small_repo, "main", head, load_tables())
+    assert plan.backends == backends
+    assert set(has) <= set(plan.suites) and not set(lacks) & set(plan.suites)
+    assert plan.recipes == recipes
+    assert plan.docs_only is docs_only
+    assert plan.merge_base == gitkit.git(small_repo, "rev-parse", "main").strip()
+    if not plan.suites:
+        assert plan.notes  # says why nothing runs
+
+
+def test_plan_records_renames_deletions_and_binary_files(small_repo, gitkit):
+    def edit(repo: Path):
+        rename("backends/xnnpack/partition/xnnpack_partitioner.py", "backends/xnnpack/partition/p.py")(repo)
+        delete("examples/demo.py")(repo)
+        binary("exir/backend/blob.bin")(repo)
+    plan = plan_change(small_repo, "main", head_with(gitkit, small_repo, "mixed", edit), load_tables())
+    by_path = {f.path: f for f in plan.changed_files}
+    assert by_path["backends/xnnpack/partition/p.py"].status == "R"
+    assert by_path["backends/xnnpack/partition/p.py"].old_path == "backends/xnnpack/partition/xnnpack_partitioner.py"
+    assert by_path["examples/demo.py"].status == "D"
+    assert by_path["exir/backend/blob.bin"].binary and by_path["exir/backend/blob.bin"].status == "A"
+
+
+@pytest.mark.parametrize("repo_arg,rev,expected", [
+    ("missing", "main", "no such directory"),
+    ("not-git", "main", "not a git repository"),
+    ("repo", "no-such-branch", "unknown revision 'no-such-branch'"),
+])
+def test_bad_input_is_one_clear_error(small_repo, tmp_path, repo_arg, rev, expected):
+    (tmp_path / "not-git").mkdir()
+    repo = {"missing": tmp_path / "missing", "not-git": tmp_path / "not-git", "repo": small_repo}[repo_arg]
+    with pytest.raises(GitError, match=expected):
+        plan_change(repo, rev, "main", load_tables())
+
+
+def test_unknown_keys_in_tables_are_rejected_with_the_file_name(tmp_path):
+    tables = tmp_path / "tables"
+    shutil.copytree(DEFAULT_DIR, tables)
+    suites = tables / "suites.yaml"
+    suites.write_text(suites.read_text().replace("    kind: probes\n", "    kind: probes\n    timeout_s: 3\n"))
+    with pytest.raises(TableError, match=r"suites\.yaml: suites\.probes: unknown key\(s\) timeout_s"):
+        load_tables(tables)
+
+
+def test_default_tables_load():
+    tables = load_tables()
+    assert {"multi_method", "mutable_buffer", "index_put", "probes", "qnn_delegate"} <= set(tables.suites)
+    assert tables.targets["qnn-sim"].requires_env == "QNN_SDK_ROOT"

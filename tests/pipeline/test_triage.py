@@ -1,0 +1,147 @@
+"""Full triage runs on real regressions: base and head suites run on the host target with
+the real ExecuTorch runtime. The merge base's results are cached across these tests."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tasks.pipeline.report import to_markdown
+from tasks.pipeline.run import TriageOptions, triage
+
+pytestmark = pytest.mark.executorch
+
+
+def run_triage(et_repo, data_dir, head, suites, **kw):
+    messages = []
+    report = triage(TriageOptions(repo=et_repo.path, base="main", head=head, data_dir=data_dir,
+                                  suites=suites, **kw), progress=messages.append)
+    return report.to_dict(), report, messages
+
+
+def new_results(data):
+    return [r for r in data["results"] if r["verdict"] == "new"]
+
+
+def assert_env_failure_never_new(data):
+    demo = [r for r in data["results"] if r["test"].endswith("test_multi_method_end_to_end")]
+    assert demo, "the BackendWithCompilerDemo test should fail in this runtime"
+    assert demo[0]["verdict"] in ("environment", "pre_existing")
+
+
+def test_partitioner_routing_is_a_new_multi_method_failure(et_repo, data_dir, patches):
+    head = et_repo.branch("routing", patches.pipeline("partitioner_routing"))
+    data, report, messages = run_triage(et_repo, data_dir, head, ["multi_method"])
+
+    new = new_results(data)
+    assert new, data["summary"]
+    assert {r["suite"] for r in new} == {"multi_method"}
+    assert all(r["head"] in ("failed", "error") and r["base"] == "passed" for r in new)
+    assert any(r["category"] == "multi_method_lowering" for r in new), [r["category"] for r in new]
+    for r in new:
+        assert r["suspects"][0]["path"] == "exir/backend/backend_api.py"
+        assert r["reproduce"].startswith("python -m pytest exir/backend/test/test_to_backend_multi_method.py::")
+    assert_env_failure_never_new(data)
+    assert data["plan"]["changed_files"] == [{"path": "exir/backend/backend_api.py", "status": "M",
+                                              "old_path": None, "binary": False}]
+    assert data["build"]["status"] == "ok"
+    assert data["summary"]["new"] == len(new)
+    markdown = to_markdown(report)
+    assert f"{len(new)} new failure" in markdown and "not the change's fault" in markdown
+    assert any("at head" in m for m in messages)
+
+
+def test_getitem_order_breaks_the_multi_method_probe(et_repo, data_dir, patches):
+    head = et_repo.branch("getitem", patches.probe("multi_method_getitem_order"))
+    data, _, _ = run_triage(et_repo, data_dir, head, ["probes"])
+
+    new = new_results(data)
+    assert [r["category"] for r in new] == ["multi_method_lowering"] * len(new) and new
+    top = [s["path"] for s in new[0]["suspects"][:3]]
+    assert "exir/backend/backend_api.py" in top
+    assert new[0]["reproduce"].startswith("python -m tasks.probes --suite multi_method")
+
+
+def test_dropped_buffer_write_back_is_a_mutable_buffer_failure(et_repo, data_dir, patches):
+    head = et_repo.branch("writeback", patches.probe("mutable_buffer_no_write_back"))
+    data, _, _ = run_triage(et_repo, data_dir, head, ["probes", "multi_method"])
+
+    new = new_results(data)
+    assert new and any(r["category"] == "mutable_buffer" for r in new), data["results"]
+    patched = "exir/passes/insert_write_back_for_buffers_pass.py"
+    mutable = [r for r in new if r["category"] == "mutable_buffer"]
+    assert any(patched in [s["path"] for s in r["suspects"][:3]] for r in mutable)
+    assert_env_failure_never_new(data)
+    assert data["base_cached"] is True  # the routing test ran these suites at the same merge base
+
+
+def test_harmless_rename_reports_nothing_new(et_repo, data_dir):
+    def rename(repo: Path):
+        (repo / "exir/backend/test/test_utils.py").rename(repo / "exir/backend/test/test_backend_utils.py")
+
+    head = et_repo.branch("rename", edit=rename)
+    data, _, _ = run_triage(et_repo, data_dir, head, ["multi_method", "selected"])
+
+    assert data["summary"]["new"] == 0, new_results(data)
+    renamed = data["plan"]["changed_files"][0]
+    assert renamed["status"] == "R" and renamed["old_path"] == "exir/backend/test/test_utils.py"
+    assert_env_failure_never_new(data)
+
+
+def test_flaky_test_is_retried_and_called_flaky(et_repo, data_dir):
+    flaky_test = (
+        "from pathlib import Path\n\n"
+        "def test_passes_on_second_run():\n"
+        "    marker = Path(__file__).with_suffix('.ran')\n"
+        "    first = not marker.exists()\n"
+        "    marker.touch()\n"
+        "    assert not first, 'first run fails (a stand-in for a timing-dependent test)'\n"
+    )
+
+    def add_test(repo: Path):
+        (repo / "exir/backend/test/test_flaky_once.py").write_text(flaky_test)
+
+    head = et_repo.branch("flaky", edit=add_test)
+    data, _, _ = run_triage(et_repo, data_dir, head, ["selected"])
+
+    selected = {s["path"]: s["reason"] for s in data["plan"]["selected"]}
+    assert "changed by this change" in selected["exir/backend/test/test_flaky_once.py"]
+    verdicts = {r["test"]: r["verdict"] for r in data["results"]}
+    assert verdicts["exir/backend/test/test_flaky_once.py::test_passes_on_second_run"] == "flaky"
+    assert "new" not in verdicts.values(), verdicts  # other selected files fail at base too
+
+
+@pytest.mark.slow
+def test_quantizer_freezing_the_kv_cache_is_a_mutable_buffer_failure(et_repo, data_dir, patches):
+    head = et_repo.branch("quant-kv", patches.probe("mutable_buffer_quantizer_freezes_kv_cache"))
+    data, _, _ = run_triage(et_repo, data_dir, head, ["probes"])
+
+    new = new_results(data)
+    assert new and all(r["category"] == "mutable_buffer" for r in new)
+    assert any("quantizer" in s["path"] for s in new[0]["suspects"][:3])
+
+
+def test_docs_only_change_runs_nothing(et_repo, data_dir):
+    def docs(repo: Path):
+        (repo / "docs").mkdir(exist_ok=True)
+        (repo / "docs" / "multi_method.md").write_text("# Multi-method lowering\n")
+
+    head = et_repo.branch("docs", edit=docs)
+    data, report, _ = run_triage(et_repo, data_dir, head, None)
+    assert data["plan"]["docs_only"] and data["plan"]["suites"] == [] and data["results"] == []
+    assert "documentation-only" in to_markdown(report)
+
+
+def test_qnn_suite_is_not_run_without_the_sdk(et_repo, data_dir):
+    def touch_qnn(repo: Path):
+        path = repo / "backends/qualcomm/README.md"
+        path.write_text(path.read_text() + "\n" if path.exists() else "x\n")
+        (repo / "backends/qualcomm/notes.py").write_text("X = 1\n")
+
+    head = et_repo.branch("qnn", edit=touch_qnn)
+    data, _, _ = run_triage(et_repo, data_dir, head, ["qnn_delegate"], python=sys.executable)
+    assert data["plan"]["backends"] == ["qualcomm"]
+    qnn = [s for s in data["suites"] if s["suite"] == "qnn_delegate"]
+    assert qnn and qnn[0]["status"] == "not_run" and "QNN SDK unavailable" in qnn[0]["reason"]
+    assert data["summary"]["new"] == 0 and data["summary"]["not_run"] == 1
