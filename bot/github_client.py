@@ -1,0 +1,433 @@
+"""The GitHub adapter: PyGithub over real HTTP, authenticated as a GitHub App or with a token.
+
+Every public method is one idempotent operation wrapped in `_retrying`: GitHub 5xx and dropped
+connections are retried with exponential backoff (bounded), rate limits (403/429 with
+`X-RateLimit-Remaining: 0`, `X-RateLimit-Reset` or `Retry-After`) are waited out when the wait is
+short and otherwise raised as `GitHubUnavailable(retry_after=...)` so the Celery task retries
+later instead of blocking a worker. PyGithub's own urllib3 retry is disabled (it would sleep up
+to an hour on a rate limit inside the request) — this module is the only retry policy.
+
+The summary comment is found by a hidden marker *and* the bot's login, edited only when the body
+changed, under a per-PR lock so two tasks never both create it. Tokens never reach logs:
+`install_redaction()` adds a filter that masks them.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Iterator
+
+import requests
+from redis.exceptions import LockError
+from github import Auth, Github, GithubException
+
+log = logging.getLogger(__name__)
+
+SUMMARY_MARKER = "<!-- etriage:summary -->"
+CHECK_RUN_NAME = "etriage"
+ANNOTATIONS_PER_REQUEST = 50  # GitHub rejects more in one create/update
+PERMISSIONS = ("admin", "maintain", "write", "triage", "read", "none")
+
+
+class GitHubError(Exception):
+    """GitHub refused the request for a reason retrying will not fix (404, 422, 401...)."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+class GitHubUnavailable(GitHubError):
+    """A transient failure (5xx, rate limit, network) that outlasted the inline retries."""
+
+    def __init__(self, message: str, retry_after: float, status: int | None = None):
+        super().__init__(message, status)
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class GitHubConfig:
+    base_url: str = "https://api.github.com"
+    token: str | None = field(default=None, repr=False)
+    app_id: str | None = None
+    private_key: str | None = field(default=None, repr=False)
+    bot_login: str = "etriage[bot]"
+    attempts: int = 4  # per operation, for 5xx / network errors
+    backoff_seconds: float = 0.5  # doubled after each failed attempt
+    max_inline_wait: float = 10.0  # longer rate-limit waits go back to the task queue
+    seconds_between_writes: float | None = 1.0  # GitHub's guidance for content-creating calls
+    timeout: float = 15.0
+
+    @classmethod
+    def from_settings(cls, settings, **overrides) -> "GitHubConfig":
+        key = None
+        if getattr(settings, "github_private_key_path", None) and not settings.github_token:
+            key = Path(settings.github_private_key_path).read_text()
+        values = dict(base_url=settings.github_api_url, token=settings.github_token,
+                      app_id=getattr(settings, "github_app_id", None), private_key=key,
+                      bot_login=settings.bot_login)
+        values.update(overrides)
+        return cls(**values)
+
+
+def make_auth(config: GitHubConfig, installation_id: int | None) -> Auth.Auth:
+    """A personal token when configured (local use), else the App's installation token.
+
+    `AppInstallationAuth` signs a JWT with the App key, exchanges it for an installation token
+    via POST /app/installations/{id}/access_tokens on the configured base URL, and refreshes it
+    shortly before `expires_at`.
+    """
+    if config.token:
+        return Auth.Token(config.token)
+    if not (config.app_id and config.private_key):
+        raise GitHubError("no GitHub credentials: set a token or an App id + private key")
+    if installation_id is None:
+        raise GitHubError("GitHub App authentication needs the installation id of the event")
+    return Auth.AppInstallationAuth(Auth.AppAuth(config.app_id, config.private_key),
+                                    int(installation_id))
+
+
+# ---- secrets in logs --------------------------------------------------------------------------
+_SECRET_PATTERNS = [
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9_]{16,}"),
+    re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"),
+    re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),  # JWTs
+    re.compile(r"(?i)(authorization:?\s*(?:token|bearer)\s+)\S+"),
+]
+
+
+def redact(text: str) -> str:
+    for pattern in _SECRET_PATTERNS:
+        text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + "***", text)
+    return text
+
+
+class RedactTokensFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = redact(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True
+
+
+def install_redaction(logger: logging.Logger | None = None) -> None:
+    """Mask tokens in everything the given (default: root) logger's handlers write."""
+    target = logger or logging.getLogger()
+    for handler in target.handlers:
+        if not any(isinstance(f, RedactTokensFilter) for f in handler.filters):
+            handler.addFilter(RedactTokensFilter())
+
+
+# ---- the client -------------------------------------------------------------------------------
+def _local_lock(_key: str):
+    return _LOCAL_LOCKS.setdefault(_key, threading.Lock())
+
+
+_LOCAL_LOCKS: dict[str, threading.Lock] = {}
+
+
+@dataclass(frozen=True)
+class Annotation:
+    path: str
+    start_line: int
+    message: str
+    title: str = ""
+    level: str = "failure"  # notice | warning | failure
+
+    def to_api(self) -> dict:
+        data = {"path": self.path, "start_line": self.start_line, "end_line": self.start_line,
+                "annotation_level": self.level, "message": self.message[:64000]}
+        if self.title:
+            data["title"] = self.title[:255]
+        return data
+
+
+class GitHubClient:
+    def __init__(self, config: GitHubConfig, installation_id: int | None = None, *,
+                 lock: Callable[[str], contextlib.AbstractContextManager] = _local_lock,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.config = config
+        self.bot_login = config.bot_login
+        self._lock = lock
+        self._sleep = sleep
+        self._gh = Github(auth=make_auth(config, installation_id), base_url=config.base_url,
+                          timeout=int(config.timeout), retry=None, lazy=True,
+                          seconds_between_requests=None,
+                          seconds_between_writes=config.seconds_between_writes)
+
+    # -- retry policy --
+    def _retrying(self, what: str, operation: Callable):
+        delay = self.config.backoff_seconds
+        for attempt in range(1, self.config.attempts + 1):
+            try:
+                self._wait_if_exhausted()
+                return operation()
+            except GithubException as exc:
+                wait = _rate_limit_wait(exc)
+                if wait is not None:
+                    if wait > self.config.max_inline_wait or attempt == self.config.attempts:
+                        raise GitHubUnavailable(f"{what}: rate limited for {wait:.0f}s", wait,
+                                                exc.status) from None
+                    log.warning("%s: rate limited, waiting %.1fs", what, wait)
+                    self._sleep(wait)
+                    continue
+                if exc.status is not None and exc.status < 500:
+                    raise GitHubError(f"{what}: GitHub answered {exc.status} "
+                                      f"{_message(exc)}", exc.status) from None
+                failure, status = f"GitHub answered {exc.status}", exc.status
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                failure, status = f"network error {type(exc).__name__}", None
+            if attempt == self.config.attempts:
+                raise GitHubUnavailable(f"{what}: {failure} after {attempt} attempts",
+                                        delay, status)
+            log.warning("%s: %s, retrying in %.1fs (attempt %d/%d)", what, failure, delay,
+                        attempt, self.config.attempts)
+            self._sleep(delay)
+            delay *= 2
+
+    def _wait_if_exhausted(self) -> None:
+        """Honour X-RateLimit-Remaining/Reset of the previous response before the next call."""
+        remaining, _limit = self._gh.requester.rate_limiting
+        reset = self._gh.requester.rate_limiting_resettime
+        if remaining == 0 and reset:
+            wait = reset - time.time() + 1
+            if wait > self.config.max_inline_wait:
+                raise GitHubUnavailable(f"rate limit exhausted until {reset}", wait)
+            if wait > 0:
+                self._sleep(wait)
+
+    def _json(self, verb: str, path: str, *, parameters=None, input=None):
+        _headers, data = self._gh.requester.requestJsonAndCheck(
+            verb, f"{self._gh.requester.base_url}{path}", parameters=parameters, input=input)
+        return data
+
+    def _repo(self, repo: str):
+        return self._gh.get_repo(repo)  # lazy (Github(lazy=True)): no request until needed
+
+    # -- contract methods (bot.commands uses these) --
+    def permission(self, repo: str, user: str) -> str:
+        def op():
+            try:
+                data = self._json("GET", f"/repos/{repo}/collaborators/{user}/permission")
+            except GithubException as exc:
+                if exc.status == 404:
+                    return "none"
+                raise
+            role = data.get("role_name")
+            return role if role in PERMISSIONS else data.get("permission", "none")
+        return self._retrying(f"permission of {user} on {repo}", op)
+
+    def react(self, repo: str, comment_id: int, content: str = "eyes") -> None:
+        self._retrying(f"reaction on comment {comment_id}", lambda: self._json(
+            "POST", f"/repos/{repo}/issues/comments/{comment_id}/reactions",
+            input={"content": content}))
+
+    def reply(self, repo: str, pr: int, body: str) -> int:
+        return self._retrying(f"reply on {repo}#{pr}", lambda: self._repo(repo).get_issue(pr)
+                              .create_comment(body).id)
+
+    def labels(self, repo: str, pr: int) -> list[str]:
+        return self._retrying(f"labels of {repo}#{pr}", lambda: [
+            label.name for label in self._repo(repo).get_issue(pr).get_labels()])
+
+    def add_labels(self, repo: str, pr: int, labels) -> None:
+        labels = list(labels)
+        if labels:
+            self._retrying(f"labels on {repo}#{pr}", lambda: self._json(
+                "POST", f"/repos/{repo}/issues/{pr}/labels", input={"labels": labels}))
+
+    def remove_label(self, repo: str, pr: int, label: str) -> None:
+        def op():
+            try:
+                self._repo(repo).get_issue(pr).remove_from_labels(label)
+            except GithubException as exc:
+                if exc.status != 404:  # already gone: the goal is reached
+                    raise
+        self._retrying(f"label removal on {repo}#{pr}", op)
+
+    def read_file(self, repo: str, path: str, ref: str | None = None) -> str | None:
+        def op():
+            try:
+                kwargs = {"ref": ref} if ref else {}
+                content = self._repo(repo).get_contents(path, **kwargs)
+            except GithubException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+            return content.decoded_content.decode()
+        return self._retrying(f"read {path} in {repo}", op)
+
+    def pull(self, repo: str, pr: int) -> dict:
+        def op():
+            pull = self._repo(repo).get_pull(pr)
+            return {"number": pull.number, "head_sha": pull.head.sha, "head_ref": pull.head.ref,
+                    "base_sha": pull.base.sha, "base_ref": pull.base.ref, "state": pull.state,
+                    "author": pull.user.login, "author_association": pull.raw_data.get(
+                        "author_association", "NONE"), "draft": bool(pull.draft)}
+        return self._retrying(f"pull {repo}#{pr}", op)
+
+    def pull_files(self, repo: str, pr: int) -> list[tuple[str, str]]:
+        return self._retrying(f"files of {repo}#{pr}", lambda: [
+            (f.filename, f.status) for f in self._repo(repo).get_pull(pr).get_files()])
+
+    def pulls_for_commit(self, repo: str, sha: str) -> list[int]:
+        return self._retrying(f"pulls of {sha[:12]}", lambda: [
+            p["number"] for p in self._json("GET", f"/repos/{repo}/commits/{sha}/pulls")
+            if p.get("state", "open") == "open"])
+
+    # -- the summary comment --
+    def find_summary(self, repo: str, pr: int):
+        for comment in self._repo(repo).get_issue(pr).get_comments():
+            if comment.user.login == self.bot_login and SUMMARY_MARKER in (comment.body or ""):
+                return comment
+        return None
+
+    def upsert_summary(self, repo: str, pr: int, body: str | Callable[[], str]) -> tuple[int, bool]:
+        """Create or edit the one summary comment; (comment id, whether GitHub was changed).
+
+        Listing and writing happen under the per-PR lock, and a retry re-lists first, so a
+        POST that GitHub applied but answered 502 is found instead of posted twice. `body` may
+        be a callable, evaluated under the lock (callers composing from shared state).
+        """
+        def op():
+            text = body() if callable(body) else body
+            text = text if SUMMARY_MARKER in text else f"{SUMMARY_MARKER}\n{text}"
+            existing = self.find_summary(repo, pr)
+            if existing is None:
+                return self._repo(repo).get_issue(pr).create_comment(text).id, True
+            if existing.body == text:
+                return existing.id, False
+            existing.edit(text)
+            return existing.id, True
+
+        with self._lock(f"summary:{repo}#{pr}"):
+            return self._retrying(f"summary comment on {repo}#{pr}", op)
+
+    # -- check runs --
+    def create_check_run(self, repo: str, head_sha: str, *, status: str = "queued",
+                         title: str = "", summary: str = "", details_url: str | None = None,
+                         external_id: str | None = None) -> int:
+        def op():
+            kwargs = {"status": status}
+            if title or summary:
+                kwargs["output"] = {"title": title or CHECK_RUN_NAME, "summary": summary or title}
+            if details_url:
+                kwargs["details_url"] = details_url
+            if external_id:
+                kwargs["external_id"] = external_id
+            return self._repo(repo).create_check_run(CHECK_RUN_NAME, head_sha, **kwargs).id
+        return self._retrying(f"check run for {head_sha[:12]}", op)
+
+    def find_check_run(self, repo: str, head_sha: str) -> int | None:
+        data = self._retrying(f"check runs of {head_sha[:12]}", lambda: self._json(
+            "GET", f"/repos/{repo}/commits/{head_sha}/check-runs",
+            parameters={"check_name": CHECK_RUN_NAME}))
+        runs = [r for r in data.get("check_runs", []) if r.get("name") == CHECK_RUN_NAME]
+        return max(r["id"] for r in runs) if runs else None
+
+    def update_check_run(self, repo: str, check_run_id: int, *, status: str | None = None,
+                         conclusion: str | None = None, title: str = "", summary: str = "",
+                         text: str = "", annotations: list[Annotation] = ()) -> None:
+        """PATCH the run; annotations go in batches of 50 (GitHub appends them per request)."""
+        annotations = [a.to_api() for a in annotations]
+        batches = [annotations[i:i + ANNOTATIONS_PER_REQUEST]
+                   for i in range(0, len(annotations), ANNOTATIONS_PER_REQUEST)] or [[]]
+        output = {"title": title or CHECK_RUN_NAME, "summary": summary or title or CHECK_RUN_NAME}
+        if text:
+            output["text"] = text[:65535]
+        for index, batch in enumerate(batches):
+            payload: dict = {"output": dict(output, annotations=batch) if batch else output}
+            if index == len(batches) - 1:  # completing ends the run: only with the last batch
+                if conclusion:
+                    payload.update(conclusion=conclusion, completed_at=_now_iso())
+                elif status:
+                    payload["status"] = status
+            elif status and status != "completed":
+                payload["status"] = status
+            self._retrying(f"check run {check_run_id}", lambda p=payload: self._json(
+                "PATCH", f"/repos/{repo}/check-runs/{check_run_id}", input=p))
+
+    # -- Actions: jobs and logs --
+    def workflow_run(self, repo: str, run_id: int) -> dict:
+        return self._retrying(f"workflow run {run_id}", lambda: self._json(
+            "GET", f"/repos/{repo}/actions/runs/{run_id}"))
+
+    def runs_for_check_suite(self, repo: str, check_suite_id: int) -> list[dict]:
+        data = self._retrying(f"runs of check suite {check_suite_id}", lambda: self._json(
+            "GET", f"/repos/{repo}/actions/runs", parameters={"check_suite_id": check_suite_id}))
+        return data.get("workflow_runs", [])
+
+    def run_jobs(self, repo: str, run_id: int) -> list[dict]:
+        def op():
+            jobs, page = [], 1
+            while True:
+                data = self._json("GET", f"/repos/{repo}/actions/runs/{run_id}/jobs",
+                                  parameters={"per_page": 100, "page": page})
+                jobs.extend(data.get("jobs", []))
+                if len(jobs) >= data.get("total_count", 0) or not data.get("jobs"):
+                    return jobs
+                page += 1
+        return self._retrying(f"jobs of run {run_id}", op)
+
+    def job(self, repo: str, job_id: int) -> dict:
+        return self._retrying(f"job {job_id}", lambda: self._json(
+            "GET", f"/repos/{repo}/actions/jobs/{job_id}"))
+
+    def job_log(self, repo: str, job_id: int) -> str:
+        """The job's plain-text log: the API answers 302 to a pre-signed URL, fetched without
+        our token (it goes to another host in production)."""
+        def op():
+            location = self._repo(repo).get_workflow_job(job_id).logs_url()
+            response = requests.get(location, timeout=self.config.timeout)
+            if response.status_code >= 500:
+                raise GithubException(response.status_code, None, dict(response.headers))
+            if response.status_code != 200:
+                raise GitHubError(f"log of job {job_id}: {response.status_code}",
+                                  response.status_code)
+            return response.text
+        return self._retrying(f"log of job {job_id}", op)
+
+
+def _message(exc: GithubException) -> str:
+    data = exc.data if isinstance(exc.data, dict) else {}
+    return str(data.get("message", ""))[:200]
+
+
+def _rate_limit_wait(exc: GithubException) -> float | None:
+    """Seconds to wait when `exc` is a primary or secondary rate limit, else None."""
+    headers = {k.lower(): v for k, v in (exc.headers or {}).items()}
+    if exc.status not in (403, 429):
+        return None
+    if "retry-after" in headers:
+        return max(float(headers["retry-after"]), 0.0)
+    if headers.get("x-ratelimit-remaining") == "0" and "x-ratelimit-reset" in headers:
+        return max(float(headers["x-ratelimit-reset"]) - time.time(), 0.0) + 1.0
+    if exc.status == 429 or "rate limit" in _message(exc).lower():
+        return 60.0  # secondary limit without a hint: GitHub asks for at least a minute
+    return None
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@contextlib.contextmanager
+def redis_lock(redis_client, key: str, *, timeout: float = 120, wait: float = 60) -> Iterator[None]:
+    """The per-PR lock: a Redis lock that expires if its holder dies (a killed worker)."""
+    lock = redis_client.lock(f"etriage:lock:{key}", timeout=timeout, blocking_timeout=wait)
+    if not lock.acquire():
+        raise GitHubUnavailable(f"lock {key} busy for {wait}s", wait)
+    try:
+        yield
+    finally:
+        try:
+            lock.release()
+        except LockError as exc:  # expired while held: the write already happened
+            log.warning("lock %s: %s", key, exc)

@@ -1,0 +1,665 @@
+"""A local GitHub REST API double: a real HTTP server on 127.0.0.1 for tests and `etriage demo`.
+
+Responses are built from GitHub's own examples (shared/fixtures/github/rest, loaded once and
+adjusted to the request: ids, bodies, urls pointing back at this server). State is kept per
+repository: pull requests, issue comments, reactions, labels, check runs, workflow runs/jobs and
+their logs, file contents, user permissions. Every request is recorded (method, path, query,
+headers without Authorization, JSON body). Faults are programmable per route: the next N answers
+can be a status with headers (502, 403 + X-RateLimit-Remaining: 0, 429 + Retry-After), and a
+route can be held (the request blocks until the test releases it) to freeze a worker mid-task.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, quote, unquote, urlsplit
+
+GITHUB_API = "https://api.github.com"
+
+
+def default_fixtures_dir() -> Path:
+    """shared/fixtures/github/rest beside the clone (tests, demo from a source checkout)."""
+    return Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "github" / "rest"
+
+
+def _now_iso(delta: float = 0.0) -> str:
+    moment = datetime.now(timezone.utc) + timedelta(seconds=delta)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    query: dict
+    headers: dict
+    body: object
+    status: int = 0
+
+
+@dataclass
+class Fault:
+    status: int
+    headers: dict
+    message: str
+    times: int
+
+
+@dataclass
+class Hold:
+    """Requests to a route block on `release` once `reached` is set (for mid-task kills)."""
+
+    times: int
+    reached: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
+
+    def release(self) -> None:
+        self.released.set()
+
+
+@dataclass
+class PullState:
+    number: int
+    head_sha: str
+    base_sha: str
+    head_ref: str = "changes"
+    base_ref: str = "master"
+    author: str = "Codertocat"
+    author_association: str = "CONTRIBUTOR"
+    files: list = field(default_factory=list)  # [(filename, status)]
+    labels: list = field(default_factory=list)
+
+
+class GitHubDouble:
+    def __init__(self, fixtures_dir: Path | None = None, *, bot_login: str = "etriage[bot]"):
+        self.fixtures_dir = Path(fixtures_dir or default_fixtures_dir())
+        if not self.fixtures_dir.is_dir():
+            raise FileNotFoundError(f"GitHub REST examples not found at {self.fixtures_dir}")
+        self.bot_login = bot_login
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        self.requests: list[Recorded] = []
+        self.pulls: dict[tuple[str, int], PullState] = {}
+        self.comments: dict[int, dict] = {}  # id -> {"repo","issue","body","user","reactions"}
+        self.check_runs: dict[int, dict] = {}
+        self.permissions: dict[tuple[str, str], str] = {}
+        self.contents: dict[tuple[str, str, str], str] = {}  # (repo, path, ref or "") -> text
+        self.workflow_runs: dict[tuple[str, int], dict] = {}
+        self.jobs: dict[tuple[str, int], dict] = {}
+        self.logs: dict[int, str] = {}
+        self.tokens_issued = 0
+        self._faults: list[tuple[str, re.Pattern, Fault]] = []
+        self._holds: list[tuple[str, re.Pattern, Hold]] = []
+        self._next_id = 1000
+        self._fixtures: dict[str, object] = {}
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> str:
+        double = self
+
+        class Handler(_Handler):
+            owner = double
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="github-double",
+                                        daemon=True)
+        self._thread.start()
+        return self.url
+
+    def stop(self) -> None:
+        if self._server is not None:
+            with self.lock:  # unblock any held request so the server can shut down
+                for _, _, hold in self._holds:
+                    hold.release()
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> "GitHubDouble":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ---- test programming ------------------------------------------------------------------
+    def add_pull(self, repo: str, number: int, head_sha: str, base_sha: str, **kw) -> PullState:
+        with self.lock:
+            pull = PullState(number=number, head_sha=head_sha, base_sha=base_sha, **kw)
+            self.pulls[(repo, number)] = pull
+            return pull
+
+    def push(self, repo: str, number: int, head_sha: str) -> None:
+        with self.lock:
+            self.pulls[(repo, number)].head_sha = head_sha
+
+    def set_permission(self, repo: str, user: str, permission: str) -> None:
+        with self.lock:
+            self.permissions[(repo, user)] = permission
+
+    def set_file(self, repo: str, path: str, text: str, ref: str = "") -> None:
+        with self.lock:
+            self.contents[(repo, path, ref)] = text
+
+    def add_user_comment(self, repo: str, number: int, user: str, body: str) -> int:
+        """A comment written by someone else (tests use it to seed a thread)."""
+        with self.lock:
+            comment_id = self.new_id()
+            self.comments[comment_id] = {"repo": repo, "issue": number, "body": body, "user": user,
+                                         "reactions": [], "created_at": _now_iso(),
+                                         "updated_at": _now_iso(), "edits": 0}
+            return comment_id
+
+    def add_workflow_run(self, repo: str, run_id: int, head_sha: str, jobs: list[dict],
+                         *, check_suite_id: int = 42, conclusion: str = "failure") -> None:
+        """jobs: [{"id", "name", "conclusion", "log"}]."""
+        with self.lock:
+            self.workflow_runs[(repo, run_id)] = {
+                "id": run_id, "head_sha": head_sha, "check_suite_id": check_suite_id,
+                "conclusion": conclusion, "status": "completed"}
+            for job in jobs:
+                self.jobs[(repo, job["id"])] = {**job, "run_id": run_id, "head_sha": head_sha}
+                self.logs[job["id"]] = job.get("log", "")
+
+    def fail(self, method: str, route: str, status: int, *, times: int = 1,
+             headers: dict | None = None, message: str = "") -> None:
+        """The next `times` requests matching METHOD + route regex (on the path) get `status`."""
+        with self.lock:
+            self._faults.append((method.upper(), re.compile(route),
+                                 Fault(status, dict(headers or {}), message, times)))
+
+    def fail_rate_limited(self, method: str, route: str, *, reset_in: float = 1.0,
+                          times: int = 1) -> None:
+        self.fail(method, route, 403, times=times, message="API rate limit exceeded for installation.",
+                  headers={"X-RateLimit-Remaining": "0",
+                           "X-RateLimit-Reset": str(int(time.time() + reset_in) + 1)})
+
+    def fail_secondary(self, method: str, route: str, *, retry_after: int = 1, times: int = 1) -> None:
+        self.fail(method, route, 429, times=times, headers={"Retry-After": str(retry_after)},
+                  message="You have exceeded a secondary rate limit. Please wait a few minutes "
+                          "before you try again.")
+
+    def hold(self, method: str, route: str, *, times: int = 1) -> Hold:
+        hold = Hold(times=times)
+        with self.lock:
+            self._holds.append((method.upper(), re.compile(route), hold))
+        return hold
+
+    # ---- inspection ------------------------------------------------------------------------
+    def comments_on(self, repo: str, issue: int) -> list[dict]:
+        with self.lock:
+            return [dict(c, id=i) for i, c in sorted(self.comments.items())
+                    if c["repo"] == repo and c["issue"] == issue]
+
+    def check_runs_for(self, repo: str, head_sha: str | None = None) -> list[dict]:
+        with self.lock:
+            return [copy.deepcopy(r) for _, r in sorted(self.check_runs.items())
+                    if r["repo"] == repo and head_sha in (None, r["head_sha"])]
+
+    def labels_on(self, repo: str, number: int) -> list[str]:
+        with self.lock:
+            return list(self.pulls[(repo, number)].labels)
+
+    def requests_to(self, method: str, route: str) -> list[Recorded]:
+        pattern = re.compile(route)
+        with self.lock:
+            return [r for r in self.requests if r.method == method.upper() and pattern.search(r.path)]
+
+    def wait_for(self, predicate, timeout: float = 60.0, message: str = "condition"):
+        """Block until predicate() is truthy (re-checked on every state change); return it."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while True:
+                value = predicate()
+                if value:
+                    return value
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"GitHub double: timed out waiting for {message}")
+                self.changed.wait(min(remaining, 0.5))
+
+    # ---- fixtures --------------------------------------------------------------------------
+    def fixture(self, name: str):
+        if name not in self._fixtures:
+            text = (self.fixtures_dir / name).read_text()
+            self._fixtures[name] = json.loads(text) if name.endswith(".json") else text
+        return self._rebase(copy.deepcopy(self._fixtures[name]))
+
+    def _rebase(self, value):
+        if isinstance(value, str):
+            return value.replace(GITHUB_API, self.url)
+        if isinstance(value, list):
+            return [self._rebase(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self._rebase(v) for k, v in value.items()}
+        return value
+
+    def new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def _user(self, login: str) -> dict:
+        user = self.fixture("issues-create-comment.json")["user"]
+        user.update(login=login, type="Bot" if login.endswith("[bot]") else "User",
+                    url=f"{self.url}/users/{quote(login)}")
+        return user
+
+    # ---- fault/hold lookup (called by the handler) -----------------------------------------
+    def _take_fault(self, method: str, path: str) -> Fault | None:
+        with self.lock:
+            for m, pattern, fault in self._faults:
+                if m == method and pattern.search(path) and fault.times > 0:
+                    fault.times -= 1
+                    return fault
+        return None
+
+    def _take_hold(self, method: str, path: str) -> Hold | None:
+        with self.lock:
+            for m, pattern, hold in self._holds:
+                if m == method and pattern.search(path) and hold.times > 0:
+                    hold.times -= 1
+                    return hold
+        return None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: GitHubDouble
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:  # keep test output clean; requests are recorded
+        return
+
+    def do_GET(self):
+        self._dispatch("GET")
+
+    def do_POST(self):
+        self._dispatch("POST")
+
+    def do_PATCH(self):
+        self._dispatch("PATCH")
+
+    def do_PUT(self):
+        self._dispatch("PUT")
+
+    def do_DELETE(self):
+        self._dispatch("DELETE")
+
+    def _dispatch(self, method: str) -> None:
+        double = self.owner
+        parts = urlsplit(self.path)
+        path = unquote(parts.path)
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw.decode(errors="replace")
+        headers = {k: v for k, v in self.headers.items() if k.lower() != "authorization"}
+        record = Recorded(method, path, query, headers, body)
+        with double.lock:
+            double.requests.append(record)
+        hold = double._take_hold(method, path)
+        if hold is not None:
+            hold.reached.set()
+            hold.released.wait(timeout=120)
+        fault = double._take_fault(method, path)
+        if fault is not None:
+            status, payload, extra = fault.status, {"message": fault.message or "fault"}, fault.headers
+        elif self.headers.get("Authorization") is None and not path.startswith("/_logs/"):
+            status, payload, extra = 401, {"message": "Requires authentication"}, {}
+        else:
+            status, payload, extra = _route(double, method, path, query, body)
+        record.status = status
+        self._send(status, payload, extra)
+        with double.changed:
+            double.changed.notify_all()
+
+    def _send(self, status: int, payload, extra: dict) -> None:
+        if isinstance(payload, str):
+            data, ctype = payload.encode(), "text/plain; charset=utf-8"
+        elif payload is None:
+            data, ctype = b"", "application/json"
+        else:
+            data, ctype = json.dumps(payload).encode(), "application/json; charset=utf-8"
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        rate = self.owner.fixture("headers.rate-limit-and-link.json")
+        if "X-RateLimit-Remaining" not in extra:
+            self.send_header("X-RateLimit-Limit", str(rate["X-RateLimit-Limit"]))
+            self.send_header("X-RateLimit-Remaining", str(rate["X-RateLimit-Remaining"]))
+            self.send_header("X-RateLimit-Reset", str(int(time.time()) + 3600))
+        for key, value in extra.items():
+            self.send_header(key, str(value))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+# ---- routes -----------------------------------------------------------------------------------
+_REPO = r"/repos/(?P<repo>[^/]+/[^/]+)"
+_ROUTES: list[tuple[str, re.Pattern, str]] = []
+
+
+def route(method: str, pattern: str):
+    def register(fn):
+        _ROUTES.append((method, re.compile(f"^{pattern}$"), fn.__name__))
+        return fn
+    return register
+
+
+def _route(double: GitHubDouble, method: str, path: str, query: dict, body):
+    for m, pattern, name in _ROUTES:
+        match = pattern.match(path)
+        if m == method and match:
+            with double.lock:
+                return globals()[name](double, query=query, body=body or {}, **match.groupdict())
+    return 404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}, {}
+
+
+def _pull_json(d: GitHubDouble, repo: str, pull: PullState) -> dict:
+    data = d.fixture("pulls-get.json")
+    base_url = f"{d.url}/repos/{repo}"
+    data.update(number=pull.number, url=f"{base_url}/pulls/{pull.number}",
+                issue_url=f"{base_url}/issues/{pull.number}",
+                comments_url=f"{base_url}/issues/{pull.number}/comments",
+                user=d._user(pull.author), author_association=pull.author_association,
+                labels=[{"name": name} for name in pull.labels], state="open")
+    data["head"].update(sha=pull.head_sha, ref=pull.head_ref)
+    data["base"].update(sha=pull.base_sha, ref=pull.base_ref)
+    for side in ("head", "base"):
+        data[side]["repo"].update(full_name=repo, url=base_url, name=repo.split("/")[1])
+    return data
+
+
+def _pull_or_404(d, repo, number):
+    pull = d.pulls.get((repo, int(number)))
+    if pull is None:
+        return None, (404, {"message": "Not Found"}, {})
+    return pull, None
+
+
+@route("POST", r"/app/installations/(?P<installation>\d+)/access_tokens")
+def create_token(d, installation, query, body):
+    d.tokens_issued += 1
+    data = d.fixture("apps-create-installation-access-token.json")
+    data.update(token=f"ghs_double{installation}x{d.tokens_issued:04d}", expires_at=_now_iso(3600))
+    return 201, data, {}
+
+
+@route("GET", r"/rate_limit")
+def rate_limit(d, query, body):
+    return 200, d.fixture("rate-limit-get.json"), {}
+
+
+@route("GET", _REPO + r"/pulls/(?P<number>\d+)")
+def get_pull(d, repo, number, query, body):
+    pull, error = _pull_or_404(d, repo, number)
+    return error or (200, _pull_json(d, repo, pull), {})
+
+
+@route("GET", _REPO + r"/pulls/(?P<number>\d+)/files")
+def list_pull_files(d, repo, number, query, body):
+    pull, error = _pull_or_404(d, repo, number)
+    if error:
+        return error
+    example = d.fixture("pulls-list-files.json")[0]
+    return 200, [dict(example, filename=name, status=status) for name, status in pull.files], {}
+
+
+@route("GET", _REPO + r"/commits/(?P<sha>[0-9a-f]+)/pulls")
+def pulls_for_commit(d, repo, sha, query, body):
+    return 200, [_pull_json(d, repo, p) for (r, _), p in d.pulls.items()
+                 if r == repo and p.head_sha == sha], {}
+
+
+def _comment_json(d: GitHubDouble, comment_id: int) -> dict:
+    c = d.comments[comment_id]
+    data = d.fixture("issues-create-comment.json")
+    base_url = f"{d.url}/repos/{c['repo']}"
+    data.update(id=comment_id, body=c["body"], user=d._user(c["user"]),
+                url=f"{base_url}/issues/comments/{comment_id}",
+                issue_url=f"{base_url}/issues/{c['issue']}",
+                html_url=f"https://github.com/{c['repo']}/pull/{c['issue']}#issuecomment-{comment_id}",
+                created_at=c["created_at"], updated_at=c["updated_at"])
+    return data
+
+
+@route("GET", _REPO + r"/issues/(?P<number>\d+)/comments")
+def list_comments(d, repo, number, query, body):
+    ids = [i for i, c in sorted(d.comments.items()) if c["repo"] == repo and c["issue"] == int(number)]
+    per_page = int(query.get("per_page", 30))
+    page = int(query.get("page", 1))
+    chunk = ids[(page - 1) * per_page: page * per_page]
+    headers = {}
+    if page * per_page < len(ids):
+        next_url = f"{d.url}/repos/{repo}/issues/{number}/comments?per_page={per_page}&page={page + 1}"
+        headers["Link"] = f'<{next_url}>; rel="next"'
+    return 200, [_comment_json(d, i) for i in chunk], headers
+
+
+@route("POST", _REPO + r"/issues/(?P<number>\d+)/comments")
+def create_comment(d, repo, number, query, body):
+    comment_id = d.new_id()
+    d.comments[comment_id] = {"repo": repo, "issue": int(number), "body": body.get("body", ""),
+                              "user": d.bot_login, "reactions": [], "created_at": _now_iso(),
+                              "updated_at": _now_iso(), "edits": 0}
+    return 201, _comment_json(d, comment_id), {}
+
+
+@route("GET", _REPO + r"/issues/comments/(?P<comment_id>\d+)")
+def get_comment(d, repo, comment_id, query, body):
+    if int(comment_id) not in d.comments:
+        return 404, {"message": "Not Found"}, {}
+    return 200, _comment_json(d, int(comment_id)), {}
+
+
+@route("PATCH", _REPO + r"/issues/comments/(?P<comment_id>\d+)")
+def update_comment(d, repo, comment_id, query, body):
+    comment = d.comments.get(int(comment_id))
+    if comment is None:
+        return 404, {"message": "Not Found"}, {}
+    if comment["user"] != d.bot_login:
+        return 403, {"message": "Resource not accessible by integration"}, {}
+    comment.update(body=body.get("body", comment["body"]), updated_at=_now_iso())
+    comment["edits"] += 1
+    return 200, _comment_json(d, int(comment_id)), {}
+
+
+@route("POST", _REPO + r"/issues/comments/(?P<comment_id>\d+)/reactions")
+def create_reaction(d, repo, comment_id, query, body):
+    comment = d.comments.get(int(comment_id))
+    if comment is None:
+        return 404, {"message": "Not Found"}, {}
+    content = body.get("content")
+    existing = content in comment["reactions"]
+    if not existing:
+        comment["reactions"].append(content)
+    reaction = {"id": d.new_id(), "node_id": "MDg6UmVhY3Rpb24x", "content": content,
+                "user": d._user(d.bot_login), "created_at": _now_iso()}
+    return (200 if existing else 201), reaction, {}
+
+
+def _labels_json(d, names):
+    example = d.fixture("issues-add-labels.json")[0]
+    return [dict(example, name=name, url=f"{d.url}/labels/{quote(name)}") for name in names]
+
+
+@route("GET", _REPO + r"/issues/(?P<number>\d+)/labels")
+def list_labels(d, repo, number, query, body):
+    pull, error = _pull_or_404(d, repo, number)
+    return error or (200, _labels_json(d, pull.labels), {})
+
+
+@route("POST", _REPO + r"/issues/(?P<number>\d+)/labels")
+def add_labels(d, repo, number, query, body):
+    pull, error = _pull_or_404(d, repo, number)
+    if error:
+        return error
+    names = body.get("labels", []) if isinstance(body, dict) else body
+    for name in names:
+        if name not in pull.labels:
+            pull.labels.append(name)
+    return 200, _labels_json(d, pull.labels), {}
+
+
+@route("DELETE", _REPO + r"/issues/(?P<number>\d+)/labels/(?P<name>.+)")
+def remove_label(d, repo, number, name, query, body):
+    pull, error = _pull_or_404(d, repo, number)
+    if error:
+        return error
+    if name not in pull.labels:
+        return 404, {"message": "Label does not exist"}, {}
+    pull.labels.remove(name)
+    return 200, _labels_json(d, pull.labels), {}
+
+
+@route("GET", _REPO + r"/collaborators/(?P<user>[^/]+)/permission")
+def permission(d, repo, user, query, body):
+    data = d.fixture("repos-get-collaborator-permission-level.json")
+    level = d.permissions.get((repo, user), "read")
+    data.update(permission=level, role_name=level)
+    data["user"]["login"] = user
+    return 200, data, {}
+
+
+def _check_run_json(d, run_id):
+    run = d.check_runs[run_id]
+    data = d.fixture("checks-update.json")
+    data.update({k: v for k, v in run.items() if k not in ("repo", "annotations", "patches")})
+    data.update(id=run_id, url=f"{d.url}/repos/{run['repo']}/check-runs/{run_id}")
+    data["output"] = dict(run.get("output") or {}, annotations_count=len(run["annotations"]))
+    data["app"]["slug"] = d.bot_login.removesuffix("[bot]")
+    return data
+
+
+def _apply_check_run(run: dict, body: dict) -> None:
+    for key in ("name", "head_sha", "status", "conclusion", "details_url", "external_id",
+                "started_at", "completed_at"):
+        if key in body:
+            run[key] = body[key]
+    if "output" in body:
+        output = dict(body["output"])
+        run["annotations"].extend(output.pop("annotations", []) or [])
+        run["output"] = output
+    if run.get("conclusion") and "status" not in body:
+        run["status"] = "completed"
+    run["patches"] += 1
+
+
+@route("POST", _REPO + r"/check-runs")
+def create_check_run(d, repo, query, body):
+    annotations = (body.get("output") or {}).get("annotations") or []
+    if len(annotations) > 50:
+        return 422, {"message": "Only 50 annotations are allowed per request"}, {}
+    run_id = d.new_id()
+    d.check_runs[run_id] = {"repo": repo, "status": "queued", "conclusion": None,
+                            "annotations": [], "patches": -1, "output": {}}
+    _apply_check_run(d.check_runs[run_id], body)
+    return 201, _check_run_json(d, run_id), {}
+
+
+@route("PATCH", _REPO + r"/check-runs/(?P<run_id>\d+)")
+def update_check_run(d, repo, run_id, query, body):
+    run = d.check_runs.get(int(run_id))
+    if run is None:
+        return 404, {"message": "Not Found"}, {}
+    if len((body.get("output") or {}).get("annotations") or []) > 50:
+        return 422, {"message": "Only 50 annotations are allowed per request"}, {}
+    _apply_check_run(run, body)
+    return 200, _check_run_json(d, int(run_id)), {}
+
+
+@route("GET", _REPO + r"/commits/(?P<ref>[^/]+)/check-runs")
+def list_check_runs(d, repo, ref, query, body):
+    runs = [_check_run_json(d, i) for i, r in sorted(d.check_runs.items())
+            if r["repo"] == repo and r["head_sha"] == ref
+            and query.get("check_name") in (None, r.get("name"))]
+    return 200, {"total_count": len(runs), "check_runs": runs}, {}
+
+
+def _run_json(d, repo, run):
+    data = d.fixture("actions-get-workflow-run.json")
+    data.update(id=run["id"], head_sha=run["head_sha"], check_suite_id=run["check_suite_id"],
+                status=run["status"], conclusion=run["conclusion"],
+                url=f"{d.url}/repos/{repo}/actions/runs/{run['id']}",
+                jobs_url=f"{d.url}/repos/{repo}/actions/runs/{run['id']}/jobs")
+    return data
+
+
+def _job_json(d, repo, job):
+    data = d.fixture("actions-get-job-for-workflow-run.json")
+    data.update(id=job["id"], run_id=job["run_id"], head_sha=job["head_sha"], name=job["name"],
+                conclusion=job.get("conclusion", "failure"), status="completed",
+                url=f"{d.url}/repos/{repo}/actions/jobs/{job['id']}",
+                run_url=f"{d.url}/repos/{repo}/actions/runs/{job['run_id']}")
+    return data
+
+
+@route("GET", _REPO + r"/actions/runs")
+def list_runs(d, repo, query, body):
+    runs = [_run_json(d, repo, r) for (rp, _), r in sorted(d.workflow_runs.items())
+            if rp == repo and str(r["check_suite_id"]) == query.get("check_suite_id",
+                                                                    str(r["check_suite_id"]))]
+    return 200, {"total_count": len(runs), "workflow_runs": runs}, {}
+
+
+@route("GET", _REPO + r"/actions/runs/(?P<run_id>\d+)")
+def get_run(d, repo, run_id, query, body):
+    run = d.workflow_runs.get((repo, int(run_id)))
+    return (200, _run_json(d, repo, run), {}) if run else (404, {"message": "Not Found"}, {})
+
+
+@route("GET", _REPO + r"/actions/runs/(?P<run_id>\d+)/jobs")
+def list_jobs(d, repo, run_id, query, body):
+    jobs = [_job_json(d, repo, j) for (rp, _), j in sorted(d.jobs.items())
+            if rp == repo and j["run_id"] == int(run_id)]
+    return 200, {"total_count": len(jobs), "jobs": jobs}, {}
+
+
+@route("GET", _REPO + r"/actions/jobs/(?P<job_id>\d+)")
+def get_job(d, repo, job_id, query, body):
+    job = d.jobs.get((repo, int(job_id)))
+    return (200, _job_json(d, repo, job), {}) if job else (404, {"message": "Not Found"}, {})
+
+
+@route("GET", _REPO + r"/actions/jobs/(?P<job_id>\d+)/logs")
+def job_logs(d, repo, job_id, query, body):
+    if int(job_id) not in d.logs:
+        return 404, {"message": "Not Found"}, {}
+    example = d.fixture("actions-download-job-logs-for-workflow-run.302.json")
+    signed = urlsplit(example["headers"]["Location"])
+    return 302, None, {"Location": f"{d.url}/_logs/{job_id}?{signed.query}"}
+
+
+@route("GET", r"/_logs/(?P<job_id>\d+)")
+def log_text(d, job_id, query, body):
+    return 200, d.logs[int(job_id)], {}
+
+
+@route("GET", _REPO + r"/contents/(?P<path>.+)")
+def get_contents(d, repo, path, query, body):
+    import base64
+
+    text = d.contents.get((repo, path, query.get("ref", ""))) or d.contents.get((repo, path, ""))
+    if text is None:
+        return 404, {"message": "Not Found"}, {}
+    return 200, {"type": "file", "encoding": "base64", "name": path.rsplit("/", 1)[-1],
+                 "path": path, "sha": "3d21ec53a331a6f037a91c368710b99387d012c1",
+                 "size": len(text.encode()), "url": f"{d.url}/repos/{repo}/contents/{path}",
+                 "content": base64.b64encode(text.encode()).decode()}, {}

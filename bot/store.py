@@ -1,0 +1,344 @@
+"""The database: SQLAlchemy Core over SQLite (embedded default) or PostgreSQL (DATABASE_URL).
+
+Every write is keyed so a redelivered task repeats it harmlessly: results are unique per
+(repo, head_sha, suite, target, test), failures per (repo, sha, source, fingerprint), runs per
+(repo, pr, head_sha, kind), pending reports per (repo, pr, kind). `prefix` namespaces the table
+names (tests run against a shared PostgreSQL and drop their own tables afterwards).
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from sqlalchemy import (JSON, Boolean, Column, DateTime, Float, Integer, MetaData, String, Table,
+                        Text, UniqueConstraint, create_engine, event, select)
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _tables(metadata: MetaData, p: str) -> dict[str, Table]:
+    def table(name, *columns):
+        return Table(f"{p}{name}", metadata, *columns)
+
+    return {
+        "installations": table(
+            "installations", Column("id", Integer, primary_key=True, autoincrement=False),
+            Column("account", String(200)), Column("action", String(40)),
+            Column("updated_at", DateTime(timezone=True))),
+        "pull_requests": table(
+            "pull_requests", Column("repo", String(200), primary_key=True),
+            Column("pr", Integer, primary_key=True), Column("head_sha", String(64)),
+            Column("base_ref", String(200)), Column("base_sha", String(64)),
+            Column("installation_id", Integer), Column("state", String(20)),
+            Column("updated_at", DateTime(timezone=True))),
+        "runs": table(
+            "runs", Column("id", Integer, primary_key=True), Column("repo", String(200)),
+            Column("pr", Integer), Column("head_sha", String(64)), Column("kind", String(20)),
+            Column("status", String(20)), Column("conclusion", String(20)),
+            Column("check_run_id", Integer), Column("comment_id", Integer),
+            Column("summary", Text), Column("report", JSON),
+            Column("created_at", DateTime(timezone=True)),
+            Column("updated_at", DateTime(timezone=True)),
+            UniqueConstraint("repo", "pr", "head_sha", "kind")),
+        "results": table(
+            "results", Column("id", Integer, primary_key=True), Column("repo", String(200)),
+            Column("head_sha", String(64)), Column("suite", String(200)),
+            Column("target", String(100)), Column("test", String(500)),
+            Column("outcome", String(20)), Column("duration", Float), Column("details", JSON),
+            UniqueConstraint("repo", "head_sha", "suite", "target", "test")),
+        "failures": table(
+            "failures", Column("id", Integer, primary_key=True), Column("repo", String(200)),
+            Column("sha", String(64)), Column("source", String(300)),
+            Column("fingerprint", String(100)), Column("category", String(60)),
+            Column("test", String(500)), Column("line", Text), Column("line_no", Integer),
+            Column("environment", Boolean), Column("verdict", String(20)),
+            Column("title", Text), Column("explanation", Text), Column("suggestion", Text),
+            Column("created_at", DateTime(timezone=True)),
+            UniqueConstraint("repo", "sha", "source", "fingerprint")),
+        "pending_reports": table(
+            "pending_reports", Column("repo", String(200), primary_key=True),
+            Column("pr", Integer, primary_key=True), Column("kind", String(20), primary_key=True),
+            Column("head_sha", String(64)), Column("installation_id", Integer),
+            Column("payload", JSON), Column("attempts", Integer),
+            Column("last_error", Text), Column("updated_at", DateTime(timezone=True))),
+        "device_approvals": table(
+            "device_approvals", Column("repo", String(200), primary_key=True),
+            Column("pr", Integer, primary_key=True), Column("head_sha", String(64), primary_key=True),
+            Column("approved_by", String(200)), Column("at", DateTime(timezone=True))),
+        "ignored_failures": table(
+            "ignored_failures", Column("repo", String(200), primary_key=True),
+            Column("pr", Integer, primary_key=True), Column("key", String(300), primary_key=True),
+            Column("reason", Text), Column("ignored_by", String(200)),
+            Column("at", DateTime(timezone=True))),
+        "command_audit": table(
+            "command_audit", Column("id", Integer, primary_key=True), Column("repo", String(200)),
+            Column("pr", Integer), Column("actor", String(200)), Column("command", Text),
+            Column("outcome", Text), Column("at", DateTime(timezone=True))),
+    }
+
+
+def default_database_url(data_dir) -> str:
+    return f"sqlite:///{Path(data_dir).expanduser() / 'etriage.db'}"
+
+
+def _engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _wal(dbapi_connection, _record):  # web and worker processes share the file
+            dbapi_connection.execute("PRAGMA journal_mode=WAL")
+            dbapi_connection.execute("PRAGMA busy_timeout=30000")
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+class Store:
+    def __init__(self, url: str, *, prefix: str = ""):
+        self.engine = _engine(url)
+        self.metadata = MetaData()
+        self.t = _tables(self.metadata, prefix)
+        self._create_tables()
+
+    def _create_tables(self, attempts: int = 3) -> None:
+        """create_all checks, then creates: web and worker processes starting together can race
+        between the two, so "already exists" means another process won and we check again."""
+        for attempt in range(attempts):
+            try:
+                self.metadata.create_all(self.engine)
+                return
+            except (OperationalError, ProgrammingError, IntegrityError) as error:
+                if "already exists" not in str(error) and "duplicate key" not in str(error) \
+                        or attempt == attempts - 1:
+                    raise
+
+    @classmethod
+    def from_settings(cls, settings) -> "Store":
+        return cls(settings.database_url or default_database_url(settings.data_dir))
+
+    def drop_all(self) -> None:
+        self.metadata.drop_all(self.engine)
+        self.engine.dispose()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def _upsert(self, conn, table: Table, values: dict, keys: tuple[str, ...],
+                update: tuple[str, ...] | None = None):
+        dialect = self.engine.dialect.name
+        if dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert
+        stmt = insert(table).values(**values)
+        columns = [c for c in (update if update is not None else values) if c not in keys]
+        if columns:
+            stmt = stmt.on_conflict_do_update(index_elements=list(keys),
+                                              set_={c: stmt.excluded[c] for c in columns})
+        else:
+            stmt = stmt.on_conflict_do_nothing(index_elements=list(keys))
+        return conn.execute(stmt)
+
+    # ---- installations and pull requests -----------------------------------------------------
+    def record_installation(self, installation_id: int, account: str, action: str) -> None:
+        with self.engine.begin() as conn:
+            self._upsert(conn, self.t["installations"],
+                         dict(id=installation_id, account=account, action=action,
+                              updated_at=_now()), ("id",))
+
+    def installation(self, installation_id: int) -> dict | None:
+        t = self.t["installations"]
+        with self.engine.connect() as conn:
+            row = conn.execute(select(t).where(t.c.id == installation_id)).mappings().first()
+        return dict(row) if row else None
+
+    def record_pull(self, repo: str, pr: int, head_sha: str, *, base_ref: str | None = None,
+                    base_sha: str | None = None, installation_id: int | None = None,
+                    state: str = "open") -> None:
+        values = dict(repo=repo, pr=pr, head_sha=head_sha, state=state, updated_at=_now())
+        for key, value in (("base_ref", base_ref), ("base_sha", base_sha),
+                           ("installation_id", installation_id)):
+            if value is not None:
+                values[key] = value
+        with self.engine.begin() as conn:
+            self._upsert(conn, self.t["pull_requests"], values, ("repo", "pr"))
+
+    def close_pull(self, repo: str, pr: int) -> None:
+        t = self.t["pull_requests"]
+        with self.engine.begin() as conn:
+            conn.execute(t.update().where(t.c.repo == repo, t.c.pr == pr)
+                         .values(state="closed", updated_at=_now()))
+
+    def pull_state(self, repo: str, pr: int) -> dict | None:
+        t = self.t["pull_requests"]
+        with self.engine.connect() as conn:
+            row = conn.execute(select(t).where(t.c.repo == repo, t.c.pr == pr)).mappings().first()
+        return dict(row) if row else None
+
+    def pulls_with_head(self, repo: str, head_sha: str) -> list[int]:
+        t = self.t["pull_requests"]
+        with self.engine.connect() as conn:
+            return list(conn.execute(select(t.c.pr).where(
+                t.c.repo == repo, t.c.head_sha == head_sha, t.c.state == "open")).scalars())
+
+    # ---- runs, results, failures ---------------------------------------------------------------
+    def start_run(self, repo: str, pr: int, head_sha: str, kind: str) -> int:
+        """The run row for (repo, pr, head_sha, kind), created once and reused by redeliveries."""
+        t = self.t["runs"]
+        with self.engine.begin() as conn:
+            self._upsert(conn, t, dict(repo=repo, pr=pr, head_sha=head_sha, kind=kind,
+                                       status="in_progress", created_at=_now(),
+                                       updated_at=_now()),
+                         ("repo", "pr", "head_sha", "kind"), update=("status", "updated_at"))
+            return conn.execute(select(t.c.id).where(
+                t.c.repo == repo, t.c.pr == pr, t.c.head_sha == head_sha, t.c.kind == kind)
+            ).scalar_one()
+
+    def update_run(self, run_id: int, **values) -> None:
+        t = self.t["runs"]
+        with self.engine.begin() as conn:
+            conn.execute(t.update().where(t.c.id == run_id).values(updated_at=_now(), **values))
+
+    def run(self, run_id: int) -> dict | None:
+        t = self.t["runs"]
+        with self.engine.connect() as conn:
+            row = conn.execute(select(t).where(t.c.id == run_id)).mappings().first()
+        return dict(row) if row else None
+
+    def runs_for(self, repo: str, pr: int) -> list[dict]:
+        t = self.t["runs"]
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(
+                select(t).where(t.c.repo == repo, t.c.pr == pr).order_by(t.c.id)).mappings()]
+
+    def expire_runs(self, older_than: timedelta) -> int:
+        """Runs stuck in progress (their worker died for good) become `expired`."""
+        t = self.t["runs"]
+        with self.engine.begin() as conn:
+            return conn.execute(t.update().where(
+                t.c.status == "in_progress", t.c.updated_at < _now() - older_than
+            ).values(status="expired", updated_at=_now())).rowcount
+
+    def record_results(self, repo: str, head_sha: str, rows: list[dict]) -> None:
+        """rows: {suite, target, test, outcome, duration?, details?}; last write wins per key."""
+        with self.engine.begin() as conn:
+            for row in rows:
+                self._upsert(conn, self.t["results"], dict(
+                    repo=repo, head_sha=head_sha, suite=row["suite"], target=row["target"],
+                    test=row["test"], outcome=row["outcome"], duration=row.get("duration"),
+                    details=row.get("details")), ("repo", "head_sha", "suite", "target", "test"))
+
+    def results_for(self, repo: str, head_sha: str) -> list[dict]:
+        t = self.t["results"]
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(select(t).where(
+                t.c.repo == repo, t.c.head_sha == head_sha).order_by(t.c.id)).mappings()]
+
+    def record_failures(self, repo: str, sha: str, source: str, failures, verdicts=None) -> None:
+        """failures: triage_rules Failure records; verdicts: fingerprint -> verdict."""
+        verdicts = verdicts or {}
+        with self.engine.begin() as conn:
+            for failure in failures:
+                self._upsert(conn, self.t["failures"], dict(
+                    repo=repo, sha=sha, source=source, fingerprint=failure.fingerprint,
+                    category=failure.category, test=failure.test, line=failure.line,
+                    line_no=failure.line_no, environment=bool(failure.environment),
+                    verdict=verdicts.get(failure.fingerprint), title=failure.title,
+                    explanation=failure.explanation, suggestion=failure.suggestion,
+                    created_at=_now()),
+                    ("repo", "sha", "source", "fingerprint"),
+                    update=("category", "line", "line_no", "environment", "verdict", "title",
+                            "explanation", "suggestion"))
+
+    def failure_fingerprints(self, repo: str, sha: str) -> set[str]:
+        t = self.t["failures"]
+        with self.engine.connect() as conn:
+            return set(conn.execute(select(t.c.fingerprint).where(
+                t.c.repo == repo, t.c.sha == sha)).scalars())
+
+    def failures_for(self, repo: str, sha: str) -> list[dict]:
+        t = self.t["failures"]
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(select(t).where(
+                t.c.repo == repo, t.c.sha == sha).order_by(t.c.id)).mappings()]
+
+    def find_failure(self, repo: str, pr: int, ref: str) -> dict | None:
+        """A failure at the PR's current head by its number in the summary (1-based), its test
+        id or a fingerprint prefix (bot.commands' `explain` and `ignore`)."""
+        pull = self.pull_state(repo, pr)
+        if pull is None:
+            return None
+        failures = self.failures_for(repo, pull["head_sha"])
+        if ref.isdigit() and 1 <= int(ref) <= len(failures):
+            return failures[int(ref) - 1]
+        for failure in failures:
+            if failure["test"] == ref or (len(ref) >= 6 and failure["fingerprint"].startswith(ref)):
+                return failure
+        return None
+
+    # ---- reports GitHub did not take yet -------------------------------------------------------
+    def save_pending_report(self, repo: str, pr: int, kind: str, head_sha: str,
+                            installation_id: int | None, payload: dict, error: str) -> None:
+        t = self.t["pending_reports"]
+        with self.engine.begin() as conn:
+            previous = conn.execute(select(t.c.attempts).where(
+                t.c.repo == repo, t.c.pr == pr, t.c.kind == kind)).scalar()
+            self._upsert(conn, t, dict(
+                repo=repo, pr=pr, kind=kind, head_sha=head_sha, installation_id=installation_id,
+                payload=json.loads(json.dumps(payload)), attempts=(previous or 0) + 1,
+                last_error=error[:2000], updated_at=_now()), ("repo", "pr", "kind"))
+
+    def pending_reports(self) -> list[dict]:
+        t = self.t["pending_reports"]
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(select(t).order_by(t.c.updated_at)).mappings()]
+
+    def clear_pending_report(self, repo: str, pr: int, kind: str, head_sha: str) -> None:
+        t = self.t["pending_reports"]
+        with self.engine.begin() as conn:
+            conn.execute(t.delete().where(t.c.repo == repo, t.c.pr == pr, t.c.kind == kind,
+                                          t.c.head_sha == head_sha))
+
+    # ---- slash-command state (bot.commands) ---------------------------------------------------
+    def approve_for_devices(self, repo: str, pr: int, head_sha: str, by: str) -> None:
+        with self.engine.begin() as conn:
+            self._upsert(conn, self.t["device_approvals"], dict(
+                repo=repo, pr=pr, head_sha=head_sha, approved_by=by, at=_now()),
+                ("repo", "pr", "head_sha"))
+
+    def is_approved_for_devices(self, repo: str, pr: int, head_sha: str) -> bool:
+        t = self.t["device_approvals"]
+        with self.engine.connect() as conn:
+            return conn.execute(select(t.c.pr).where(
+                t.c.repo == repo, t.c.pr == pr, t.c.head_sha == head_sha)).first() is not None
+
+    def ignore_failure(self, repo: str, pr: int, key: str, reason: str, by: str) -> None:
+        with self.engine.begin() as conn:
+            self._upsert(conn, self.t["ignored_failures"], dict(
+                repo=repo, pr=pr, key=key, reason=reason, ignored_by=by, at=_now()),
+                ("repo", "pr", "key"))
+
+    def ignored_failures(self, repo: str, pr: int) -> dict[str, str]:
+        t = self.t["ignored_failures"]
+        with self.engine.connect() as conn:
+            return {row.key: row.reason for row in conn.execute(
+                select(t.c.key, t.c.reason).where(t.c.repo == repo, t.c.pr == pr))}
+
+    def audit(self, repo: str, pr: int, actor: str, command: str, outcome: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(self.t["command_audit"].insert().values(
+                repo=repo, pr=pr, actor=actor, command=command, outcome=outcome, at=_now()))
+
+    def audit_log(self, repo: str, pr: int) -> list[dict]:
+        t = self.t["command_audit"]
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(select(t).where(
+                t.c.repo == repo, t.c.pr == pr).order_by(t.c.id)).mappings()]

@@ -1,0 +1,137 @@
+"""The Celery app: `make_celery(settings, options)`, and `app` for `celery -A tasks.celery_app`.
+
+Queues are per resource: `triage` (planning, CI-log classification, reporting, commands),
+`build` (rebuild + host suites), `emulator` (qnn-sim), `device` (phones). Tasks ack late and are
+requeued when their worker dies; the Redis visibility timeout bounds how long a message of a
+SIGKILLed worker waits before another worker gets it (the tests set it to seconds).
+
+Nothing is read at import: the module attribute `app` is built on first access from the
+environment (the worker CLI), unless `configure(settings)` chose the settings first (serve,
+tests). The web process reaches the same app through `tasks.dispatch`.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Mapping
+
+from celery import Celery
+from kombu import Queue
+
+QUEUES = ("triage", "build", "emulator", "device")
+TARGET_QUEUES = {"host": "build", "qnn-sim": "emulator", "android": "device", "ssh": "device"}
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """Worker-side knobs that are not part of the web's Settings (ETRIAGE_* variables)."""
+
+    visibility_timeout: int = 3600  # must exceed the longest task (else it runs twice)
+    soft_time_limit: int = 2700
+    time_limit: int = 3000
+    max_retries: int = 6
+    github_write_interval: float = 1.0  # GitHub asks for >= 1 s between content writes
+    suites: tuple[str, ...] = ()  # restrict the pipeline's suites (empty: the plan decides)
+    targets: tuple[str, ...] = ("host",)
+    pending_report_interval: float = 300.0  # beat: retry reports GitHub did not take
+    run_expiry_hours: float = 6.0  # beat: runs in progress longer than this are expired
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> "WorkerOptions":
+        def number(name, default, kind=int):
+            raw = environ.get(name, "").strip()
+            if not raw:
+                return default
+            try:
+                value = kind(raw)
+            except ValueError:
+                raise ValueError(f"{name} must be a number, got {raw!r}") from None
+            if value < 0:
+                raise ValueError(f"{name} must not be negative, got {raw!r}")
+            return value
+
+        def words(name, default):
+            raw = environ.get(name, "").strip()
+            return tuple(w.strip() for w in raw.split(",") if w.strip()) if raw else default
+
+        return cls(
+            visibility_timeout=number("ETRIAGE_VISIBILITY_TIMEOUT", cls.visibility_timeout),
+            soft_time_limit=number("ETRIAGE_TASK_SOFT_TIME_LIMIT", cls.soft_time_limit),
+            time_limit=number("ETRIAGE_TASK_TIME_LIMIT", cls.time_limit),
+            max_retries=number("ETRIAGE_TASK_MAX_RETRIES", cls.max_retries),
+            github_write_interval=number("ETRIAGE_GITHUB_WRITE_INTERVAL",
+                                         cls.github_write_interval, float),
+            suites=words("ETRIAGE_SUITES", cls.suites),
+            targets=words("ETRIAGE_TARGETS", cls.targets),
+            pending_report_interval=number("ETRIAGE_PENDING_REPORT_INTERVAL",
+                                           cls.pending_report_interval, float),
+            run_expiry_hours=number("ETRIAGE_RUN_EXPIRY_HOURS", cls.run_expiry_hours, float),
+        )
+
+
+def make_celery(settings, options: WorkerOptions | None = None) -> Celery:
+    options = options or WorkerOptions()
+    if not settings.redis_url:
+        raise ValueError("REDIS_URL is not set")
+    app = Celery("etriage", broker=settings.redis_url, backend=settings.redis_url,
+                 include=["tasks.jobs"], set_as_current=False)
+    transport = {"visibility_timeout": options.visibility_timeout,
+                 "socket_timeout": 5, "socket_connect_timeout": 3}
+    app.conf.update(
+        broker_transport_options=transport,
+        result_backend_transport_options=transport,
+        broker_connection_retry_on_startup=True,
+        task_default_queue="triage",
+        task_queues=[Queue(name) for name in QUEUES],
+        task_routes={"etriage.run_suites": {"queue": "build"}},  # callers pick the target's queue
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,  # a long task must not sit on messages others could run
+        task_soft_time_limit=options.soft_time_limit,
+        task_time_limit=options.time_limit,
+        task_serializer="json", result_serializer="json", accept_content=["json"],
+        result_expires=timedelta(days=1),
+        task_publish_retry_policy={"max_retries": 2, "interval_start": 0,
+                                   "interval_step": 0.5, "interval_max": 1},
+        worker_hijack_root_logger=True,
+        beat_schedule={
+            "retry-pending-reports": {"task": "etriage.publish_pending",
+                                      "schedule": options.pending_report_interval},
+            "expire-stale-runs": {"task": "etriage.expire_runs", "schedule": 3600.0},
+        },
+    )
+    app.etriage_settings = settings
+    app.etriage_options = options
+    return app
+
+
+_lock = threading.Lock()
+_configured: Celery | None = None
+
+
+def configure(settings, options: WorkerOptions | None = None) -> Celery:
+    """Choose the settings of this process's app (serve, tests) instead of the environment."""
+    global _configured
+    with _lock:
+        _configured = make_celery(settings, options)
+        return _configured
+
+
+def get_app() -> Celery:
+    global _configured
+    with _lock:
+        if _configured is None:
+            from bot.settings import load_or_exit
+
+            _configured = make_celery(load_or_exit(os.environ, require_redis=True),
+                                      WorkerOptions.from_env(os.environ))
+        return _configured
+
+
+def __getattr__(name: str):
+    if name == "app":  # `celery -A tasks.celery_app worker` looks this up
+        return get_app()
+    raise AttributeError(name)

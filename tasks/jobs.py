@@ -1,0 +1,128 @@
+"""The Celery tasks: a few lines each that load the worker context and call tasks.service.
+
+All tasks ack late and are requeued when their worker dies (`reject_on_worker_lost`), so a
+SIGKILLed worker loses nothing; the service functions are idempotent, so running again is
+harmless. Transient trouble (GitHub 5xx/rate limits, Redis hiccups) is retried with exponential
+backoff, honouring GitHub's Retry-After/reset; a report that still could not be posted stays in
+`pending_reports` for the beat task.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+
+import redis
+from celery import Task, shared_task
+from celery.exceptions import SoftTimeLimitExceeded
+
+from bot.github_client import GitHubError, GitHubUnavailable, install_redaction
+from tasks import service
+from tasks.celery_app import TARGET_QUEUES
+
+log = logging.getLogger(__name__)
+TRANSIENT = (GitHubUnavailable, redis.ConnectionError, redis.TimeoutError)
+
+
+class EtriageTask(Task):
+    acks_late = True
+    reject_on_worker_lost = True
+    max_retries = 6
+
+    @functools.cached_property
+    def ctx(self) -> service.WorkerContext:
+        install_redaction()
+        return service.WorkerContext.create(self.app.etriage_settings, self.app.etriage_options)
+
+
+def _task(name: str):
+    """shared_task with the etriage policy; the body gets the WorkerContext first."""
+    def wrap(fn):
+        @shared_task(bind=True, base=EtriageTask, name=f"etriage.{name}")
+        @functools.wraps(fn)
+        def run(self, *args, **kwargs):
+            try:
+                return fn(self.ctx, *args, **kwargs)
+            except service.Superseded as why:
+                log.info("%s stopped: %s", name, why)
+                return "superseded"
+            except TRANSIENT as error:
+                backoff = min(2 ** self.request.retries, 300)
+                wait = max(backoff, getattr(error, "retry_after", 0) or 0)
+                log.warning("%s: %s; retry %d in %.0fs", name, error, self.request.retries + 1, wait)
+                raise self.retry(exc=error, countdown=wait,
+                                 max_retries=self.app.etriage_options.max_retries)
+        return run
+    return wrap
+
+
+@_task("triage_pr")
+def triage_pr(ctx, repo, pr, head_sha, base_ref, installation_id, *, reason, targets=None,
+              suites=None):
+    """Entry: is this still the head? Then a queued check run, and the suites on their queue."""
+    force = not reason.startswith("pull_request.")  # rerun, run, ok-to-test: run again
+    service.queue_pull_request(ctx, repo, pr, head_sha, installation_id, reason=reason, fresh=force)
+    targets = list(targets or ctx.options.targets)
+    queue = TARGET_QUEUES.get(targets[0], "build")
+    run_suites.apply_async(args=[repo, pr, head_sha, installation_id],
+                           kwargs={"reason": reason, "targets": targets, "suites": suites,
+                                   "force": force}, queue=queue)
+    return f"queued on {queue}"
+
+
+@_task("run_suites")
+def run_suites(ctx, repo, pr, head_sha, installation_id, *, reason, targets, suites, force=False):
+    try:
+        return service.triage_pull_request(ctx, repo, pr, head_sha, installation_id,
+                                           reason=reason, targets=targets, suites=suites,
+                                           force=force)
+    except service.Superseded:
+        service.cancel_run(ctx, repo, pr, head_sha, installation_id)
+        raise
+    except SoftTimeLimitExceeded:
+        service.fail_run(ctx, repo, pr, head_sha, installation_id, "timed_out",
+                         "The triage ran out of time; `/etriage rerun` to try again.")
+        return "timed out"
+    except GitHubError:
+        raise
+    except Exception as error:  # a bug of ours: say so on the check run, never blame the PR
+        service.fail_run(ctx, repo, pr, head_sha, installation_id, "neutral",
+                         f"etriage failed internally ({type(error).__name__}); not this change.")
+        raise
+
+
+@_task("ci_completed")
+def ci_completed(ctx, repo, head_sha, installation_id, *, run_id=None, job_id=None,
+                 check_suite_id=None):
+    return service.triage_ci(ctx, repo, head_sha, installation_id, run_id=run_id,
+                             job_id=job_id, check_suite_id=check_suite_id)
+
+
+@_task("comment")
+def comment(ctx, repo, pr, comment_id, installation_id, *, author, author_type, body,
+            previous_body, action):
+    outcomes = service.handle_comment(ctx, repo, pr, comment_id, installation_id, author=author,
+                                      author_type=author_type, body=body,
+                                      previous_body=previous_body, action=action)
+    return [str(o) for o in outcomes]
+
+
+@_task("pr_closed")
+def pr_closed(ctx, repo, pr, installation_id):
+    ctx.store.close_pull(repo, pr)
+    return "closed"
+
+
+@_task("installation")
+def installation(ctx, installation_id, account, action):
+    ctx.store.record_installation(installation_id, account, action)
+    return action
+
+
+@_task("publish_pending")
+def publish_pending(ctx):
+    return service.publish_pending(ctx)
+
+
+@_task("expire_runs")
+def expire_runs(ctx):
+    return service.expire_runs(ctx)

@@ -1,0 +1,368 @@
+"""The service's work as plain Python: triage a PR, triage its CI logs, publish what was found.
+
+The Celery tasks (tasks/jobs.py) are thin wrappers around these functions; `WorkerContext`
+carries the clients (settings, store, Redis, a GitHub client per installation). Every function
+re-checks that its head sha is still the PR's latest (`checkpoint`) before each stage and before
+writing to GitHub, and every write is keyed, so a redelivered or superseded task is harmless.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import redis
+
+from bot.github_client import (Annotation, GitHubClient, GitHubConfig, GitHubError,
+                               redis_lock)
+from bot.store import Store
+from tasks.summary import (CiFailure, PublishPayload, compose_comment, labels_to_change,
+                           render_ci_section)
+
+log = logging.getLogger(__name__)
+FAILED = {"failure", "timed_out", "cancelled", "startup_failure"}
+TOOL_VARIABLES = ("QNN_SDK_ROOT", "ANDROID_NDK_ROOT", "ANDROID_SERIAL")  # read at run time
+
+
+class Superseded(Exception):
+    """A newer push (or the PR's closing) made this work pointless; stop quietly."""
+
+
+@dataclass
+class WorkerContext:
+    settings: object
+    options: object
+    store: Store
+    redis: redis.Redis
+    _clients: dict = field(default_factory=dict)
+    _configs: object = None  # bot.repo_config.RepoConfigCache, made on first use
+
+    @classmethod
+    def create(cls, settings, options) -> "WorkerContext":
+        return cls(settings, options, Store.from_settings(settings),
+                   redis.Redis.from_url(settings.redis_url, socket_timeout=5,
+                                        socket_connect_timeout=3))
+
+    def github(self, installation_id: int | None) -> GitHubClient:
+        if installation_id not in self._clients:
+            config = GitHubConfig.from_settings(
+                self.settings, seconds_between_writes=self.options.github_write_interval or None)
+            self._clients[installation_id] = GitHubClient(
+                config, installation_id, lock=lambda key: redis_lock(self.redis, key))
+        return self._clients[installation_id]
+
+    def repo_config(self, gh: GitHubClient, repo: str):
+        """.github/etriage.yml of the default branch (never the PR's own), cached for minutes."""
+        from bot.repo_config import PATH, RepoConfigCache
+
+        if self._configs is None:
+            self._configs = RepoConfigCache()
+        return self._configs.get(repo, lambda: gh.read_file(repo, PATH))
+
+    # The latest head sha per PR: written by the webhook's dispatch and by tasks that saw GitHub.
+    def latest_head(self, repo: str, pr: int) -> str | None:
+        value = self.redis.get(head_key(repo, pr))
+        return value.decode() if value else None
+
+    def checkpoint(self, repo: str, pr: int, head_sha: str) -> None:
+        latest = self.latest_head(repo, pr)
+        if latest == "closed" or (latest and latest != head_sha):
+            raise Superseded(f"{repo}#{pr} moved from {head_sha[:12]} to {latest[:12]}")
+
+
+def head_key(repo: str, pr: int) -> str:
+    return f"etriage:head:{repo}#{pr}"
+
+
+# ---- publishing ---------------------------------------------------------------------------
+def publish(ctx: WorkerContext, repo: str, pr: int, installation_id: int | None,
+            payload: PublishPayload) -> None:
+    """Comment, check run and labels for one finished run. The payload is saved first and
+    cleared last, so a crash or a GitHub outage in between leaves it for the retry/beat."""
+    ctx.store.save_pending_report(repo, pr, payload.kind, payload.head_sha, installation_id,
+                                  payload.to_dict(), "not yet published")
+    ctx.checkpoint(repo, pr, payload.head_sha)
+    gh = ctx.github(installation_id)
+    run_id = ctx.store.start_run(repo, pr, payload.head_sha, payload.kind)
+    ctx.store.update_run(run_id, summary=payload.section,
+                         report={"blame_categories": payload.blame_categories})
+
+    def body() -> str:  # composed under the PR lock: the other kind's latest section is in
+        runs = [r for r in ctx.store.runs_for(repo, pr) if r["head_sha"] == payload.head_sha]
+        return compose_comment(payload.head_sha, {r["kind"]: r["summary"] for r in runs})
+
+    comment_id, _changed = gh.upsert_summary(repo, pr, body)
+    ctx.store.update_run(run_id, comment_id=comment_id)
+    run = ctx.store.run(run_id)
+    if payload.check_conclusion and (run["status"], run["conclusion"]) != (
+            "completed", payload.check_conclusion):
+        check_run_id = run["check_run_id"] or gh.find_check_run(repo, payload.head_sha) \
+            or gh.create_check_run(repo, payload.head_sha, status="in_progress")
+        gh.update_check_run(repo, check_run_id, conclusion=payload.check_conclusion,
+                            title=payload.check_title, summary=payload.check_summary,
+                            text=payload.check_text,
+                            annotations=[Annotation(**a) for a in payload.annotations])
+        ctx.store.update_run(run_id, check_run_id=check_run_id, status="completed",
+                             conclusion=payload.check_conclusion)
+    elif not payload.check_conclusion:
+        ctx.store.update_run(run_id, status="completed")
+    blame = set()
+    for other in ctx.store.runs_for(repo, pr):
+        if other["head_sha"] == payload.head_sha:
+            blame |= set((other["report"] or {}).get("blame_categories", []))
+    try:
+        category_labels = ctx.repo_config(gh, repo).labels
+    except ValueError as error:  # RepoConfigError: the file is broken; the comment still goes out
+        log.warning("%s: labels skipped: %s", repo, error)
+        category_labels = None
+    if category_labels is not None:  # labels are off without a `labels:` section
+        add, remove = labels_to_change(gh.labels(repo, pr), blame, category_labels)
+        gh.add_labels(repo, pr, add)
+        for label in remove:
+            gh.remove_label(repo, pr, label)
+    ctx.store.clear_pending_report(repo, pr, payload.kind, payload.head_sha)
+
+
+def publish_pending(ctx: WorkerContext) -> int:
+    """Beat: publish reports GitHub did not take; drop those a newer push made stale."""
+    published = 0
+    for row in ctx.store.pending_reports():
+        repo, pr, payload = row["repo"], row["pr"], PublishPayload.from_dict(row["payload"])
+        try:
+            publish(ctx, repo, pr, row["installation_id"], payload)
+            published += 1
+        except Superseded:
+            ctx.store.clear_pending_report(repo, pr, payload.kind, payload.head_sha)
+        except GitHubError as error:
+            ctx.store.save_pending_report(repo, pr, payload.kind, payload.head_sha,
+                                          row["installation_id"], row["payload"], str(error))
+    return published
+
+
+def expire_runs(ctx: WorkerContext) -> int:
+    return ctx.store.expire_runs(timedelta(hours=ctx.options.run_expiry_hours))
+
+
+# ---- pull request triage ------------------------------------------------------------------
+def queue_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
+                       installation_id: int | None, *, reason: str,
+                       fresh: bool = False) -> tuple[dict, int, int]:
+    """Entry check and a queued check run: (pull, run id, check run id). Idempotent; `fresh`
+    (a rerun command) starts a new check run when the previous one already completed."""
+    gh = ctx.github(installation_id)
+    pull = gh.pull(repo, pr)
+    if pull["head_sha"] != head_sha:
+        ctx.redis.set(head_key(repo, pr), pull["head_sha"])
+        raise Superseded(f"{repo}#{pr} head is {pull['head_sha'][:12]}, not {head_sha[:12]}")
+    if pull["state"] != "open":
+        raise Superseded(f"{repo}#{pr} is {pull['state']}")
+    ctx.checkpoint(repo, pr, head_sha)
+    ctx.store.record_pull(repo, pr, head_sha, base_ref=pull["base_ref"], base_sha=pull["base_sha"],
+                          installation_id=installation_id)
+    run_id = ctx.store.start_run(repo, pr, head_sha, "pr")
+    run = ctx.store.run(run_id)
+    if fresh and run["conclusion"]:
+        run = dict(run, check_run_id=None, conclusion=None)
+        ctx.store.update_run(run_id, conclusion=None, check_run_id=None)
+    elif not run["check_run_id"] and not fresh:
+        run["check_run_id"] = gh.find_check_run(repo, head_sha)
+    check_run_id = run["check_run_id"] \
+        or gh.create_check_run(repo, head_sha, status="queued", title="Queued",
+                               summary=f"Triage queued ({reason}).", external_id=str(run_id))
+    ctx.store.update_run(run_id, check_run_id=check_run_id)
+    return pull, run_id, check_run_id
+
+
+def triage_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
+                        installation_id: int | None, *, reason: str, suites=None, targets=None,
+                        force: bool = False) -> str:
+    gh = ctx.github(installation_id)
+    pull, run_id, check_run_id = queue_pull_request(ctx, repo, pr, head_sha, installation_id,
+                                                    reason=reason)
+    if ctx.store.run(run_id)["conclusion"] and not force:
+        # A redelivery of finished work: only what GitHub did not take yet is published again.
+        for row in ctx.store.pending_reports():
+            if (row["repo"], row["pr"], row["kind"], row["head_sha"]) == (repo, pr, "pr", head_sha):
+                publish(ctx, repo, pr, installation_id, PublishPayload.from_dict(row["payload"]))
+        return "already done"
+    ctx.store.update_run(run_id, status="in_progress", conclusion=None)
+
+    def progress(stage: str, detail: str = "") -> None:
+        ctx.checkpoint(repo, pr, head_sha)
+        gh.update_check_run(repo, check_run_id, status="in_progress", title=stage,
+                            summary=detail or stage)
+
+    progress("Planning", f"Reading the change {pull['base_sha'][:12]}..{head_sha[:12]}.")
+    checkout = ctx.settings.repo_checkouts.get(repo)
+    problem = _checkout_problem(repo, checkout, [head_sha, pull["base_sha"]])
+    if problem:
+        payload = environment_payload(head_sha, problem)
+    else:
+        report = run_pipeline(ctx, Path(checkout), pull["base_sha"], head_sha,
+                              suites=suites or list(ctx.options.suites) or None,
+                              targets=targets or list(ctx.options.targets), progress=progress)
+        ctx.checkpoint(repo, pr, head_sha)
+        ctx.store.record_results(repo, head_sha, result_rows(report))
+        payload = report_payload(head_sha, report)
+    publish(ctx, repo, pr, installation_id, payload)
+    return payload.check_conclusion or "published"
+
+
+def _checkout_problem(repo: str, checkout, shas: list[str]) -> str | None:
+    if not checkout:
+        return (f"No local clone of {repo} is configured on this worker (ETRIAGE_REPO_PATHS); "
+                "the change could not be rebuilt or tested.")
+    for sha in shas:
+        found = subprocess.run(["git", "-C", str(checkout), "cat-file", "-e", f"{sha}^{{commit}}"],
+                               capture_output=True, env={"PATH": "/usr/bin:/bin"})
+        if found.returncode != 0:
+            return (f"Commit `{sha[:12]}` is not in the worker's clone of {repo} ({checkout}); "
+                    "this worker cannot fetch. Update the clone, then `/etriage rerun`.")
+    return None
+
+
+def environment_payload(head_sha: str, problem: str) -> PublishPayload:
+    section = (f"### Rebuild and tests\n🛠️ **Environment problem — not caused by this change.**\n"
+               f"{problem}")
+    return PublishPayload(kind="pr", head_sha=head_sha, section=section,
+                          check_conclusion="neutral", check_title="Environment problem",
+                          check_summary=problem)
+
+
+def run_pipeline(ctx: WorkerContext, checkout: Path, base: str, head: str, *, suites, targets,
+                 progress):
+    """tasks.pipeline.run.triage on the worker's clone. The GitHub token is in no environment
+    the pipeline sees: only the tool variables it needs are passed (it scrubs the rest)."""
+    from tasks.pipeline.run import TriageOptions, triage
+
+    tool_env = {k: os.environ[k] for k in TOOL_VARIABLES if os.environ.get(k)}
+    options = TriageOptions(repo=checkout, base=base, head=head,
+                            data_dir=Path(ctx.settings.data_dir), targets=targets,
+                            suites=suites, tool_env=tool_env)
+    return triage(options, progress=lambda message: progress("Running", message))
+
+
+def result_rows(report) -> list[dict]:
+    return [{"suite": t.suite, "target": t.target, "test": t.test, "outcome": t.outcome,
+             "duration": t.seconds, "details": {"message": t.message[:2000]}}
+            for suite in report.suites for t in suite.tests]
+
+
+def report_payload(head_sha: str, report) -> PublishPayload:
+    from tasks.pipeline.report import headline, to_markdown
+
+    new = [v for v in report.results if v.verdict == "new"]
+    environment = [v for v in report.results if v.verdict == "environment"]
+    conclusion = "failure" if new else ("neutral" if environment else "success")
+    annotations = [
+        {"path": s.path, "start_line": int(getattr(s, "line", 0) or 1),
+         "title": f"{v.category}: {v.test}"[:255],
+         "message": f"{v.primary_line}\n{v.explanation}".strip() or v.test}
+        for v in new for s in v.suspects[:3]]
+    title = (f"{len(new)} new failure(s), {len(environment)} environment problem(s), "
+             f"{sum(len(s.tests) for s in report.suites)} test(s) run")
+    return PublishPayload(kind="pr", head_sha=head_sha, section=to_markdown(report),
+                          blame_categories=sorted({v.category for v in new}),
+                          check_conclusion=conclusion, check_title=title,
+                          check_summary=headline(report), annotations=annotations)
+
+
+def _run_of(ctx: WorkerContext, repo: str, pr: int, head_sha: str) -> dict | None:
+    runs = [r for r in ctx.store.runs_for(repo, pr) if r["head_sha"] == head_sha and r["kind"] == "pr"]
+    return runs[-1] if runs else None
+
+
+def cancel_run(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
+               installation_id: int | None) -> None:
+    """A superseded run's check run says so instead of staying in progress forever."""
+    run = _run_of(ctx, repo, pr, head_sha)
+    if run and run["check_run_id"] and not run["conclusion"]:
+        latest = ctx.latest_head(repo, pr) or "a newer push"
+        ctx.github(installation_id).update_check_run(
+            repo, run["check_run_id"], conclusion="cancelled", title="Superseded",
+            summary=f"Superseded by {latest[:12]}; that commit is triaged instead.")
+        ctx.store.update_run(run["id"], status="superseded", conclusion="cancelled")
+
+
+def fail_run(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
+             installation_id: int | None, conclusion: str, why: str) -> None:
+    run = _run_of(ctx, repo, pr, head_sha)
+    if run and run["check_run_id"]:
+        ctx.github(installation_id).update_check_run(
+            repo, run["check_run_id"], conclusion=conclusion, title=why, summary=why)
+        ctx.store.update_run(run["id"], status="failed", conclusion=conclusion)
+
+
+# ---- slash commands -----------------------------------------------------------------------
+def handle_comment(ctx: WorkerContext, repo: str, pr: int, comment_id: int,
+                   installation_id: int | None, **comment) -> list:
+    """Run the comment's /etriage commands (bot.commands) with this worker's clients."""
+    from bot import commands
+    from tasks import dispatch
+
+    gh = ctx.github(installation_id)
+    context = commands.CommandContext(github=gh, store=ctx.store, enqueue=dispatch,
+                                      repo_config=ctx.repo_config(gh, repo),
+                                      bot_login=ctx.settings.bot_login,
+                                      installation_id=installation_id)
+    return commands.handle_comment(context, repo=repo, pr=pr, comment_id=comment_id, **comment)
+
+
+# ---- CI logs ------------------------------------------------------------------------------
+def triage_ci(ctx: WorkerContext, repo: str, head_sha: str, installation_id: int | None, *,
+              run_id: int | None = None, job_id: int | None = None,
+              check_suite_id: int | None = None) -> str:
+    from triage_rules import classify_text
+
+    gh = ctx.github(installation_id)
+    if job_id:
+        jobs = [gh.job(repo, job_id)]
+    elif run_id:
+        jobs = gh.run_jobs(repo, run_id)
+    elif check_suite_id:
+        jobs = [j for run in gh.runs_for_check_suite(repo, check_suite_id)
+                for j in gh.run_jobs(repo, run["id"])]
+    else:
+        raise ValueError("ci_completed needs a run_id, job_id or check_suite_id")
+    failed = [j for j in jobs if j.get("conclusion") in FAILED]
+    found: list[tuple[dict, list]] = []
+    for job in failed:
+        failures = classify_text(gh.job_log(repo, job["id"]), job_name=job["name"])
+        ctx.store.record_failures(repo, head_sha, f"ci:{job['name']}", failures)
+        found.append((job, failures))
+    prs = ctx.store.pulls_with_head(repo, head_sha) or gh.pulls_for_commit(repo, head_sha)
+    for pr in prs:
+        pull = gh.pull(repo, pr)
+        if pull["head_sha"] != head_sha:
+            continue  # CI of an older push: the newer push has (or will have) its own
+        ctx.store.record_pull(repo, pr, head_sha, base_ref=pull["base_ref"],
+                              base_sha=pull["base_sha"], installation_id=installation_id)
+        merge_base = pull["base_sha"]
+        known = ctx.store.failure_fingerprints(repo, merge_base)
+        ignored = ctx.store.ignored_failures(repo, pr)
+        items = [_ci_failure(job, f, known, ignored) for job, fs in found for f in fs]
+        section = render_ci_section(head_sha, items, [j["name"] for j in failed], merge_base)
+        payload = PublishPayload(kind="ci", head_sha=head_sha, section=section,
+                                 blame_categories=sorted({i.category for i in items
+                                                          if i.verdict == "new"}))
+        publish(ctx, repo, pr, installation_id, payload)
+    return f"{len(failed)} failed job(s), {len(prs)} pull request(s)"
+
+
+def _ci_failure(job: dict, failure, known: set[str], ignored: dict[str, str]) -> CiFailure:
+    if failure.environment:
+        verdict = "environment"
+    elif failure.fingerprint in ignored or (failure.test and failure.test in ignored):
+        verdict = "ignored"
+    elif failure.fingerprint in known:
+        verdict = "pre_existing"
+    else:
+        verdict = "new"
+    return CiFailure(job=job["name"], job_id=job["id"], verdict=verdict,
+                     category=failure.category, primary_line=failure.line,
+                     line_no=failure.line_no, fingerprint=failure.fingerprint,
+                     test=failure.test, title=failure.title, explanation=failure.explanation,
+                     suggestion=failure.suggestion)

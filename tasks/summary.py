@@ -1,0 +1,108 @@
+"""What the bot writes on a pull request: the summary comment, the check-run output, labels.
+
+The comment has one section per kind of evidence (`pr`: the bot's own rebuild-and-test run;
+`ci`: the PR's failed CI jobs, classified from their logs), each rendered when its run finishes
+and stored with the run, so whichever task publishes last composes the whole comment.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from bot.github_client import SUMMARY_MARKER
+
+VERDICT_ICONS = {"new": "❌", "pre_existing": "⚪", "flaky": "🔁", "environment": "🛠️",
+                 "fixed": "✅", "ignored": "🙈"}
+SECTION_ORDER = ("pr", "ci")
+
+
+@dataclass
+class CiFailure:
+    """One classified failure of a CI job, with its verdict against the merge base."""
+
+    job: str
+    job_id: int
+    verdict: str  # new | pre_existing | environment | ignored
+    category: str
+    primary_line: str
+    line_no: int
+    fingerprint: str
+    test: str | None = None
+    title: str = ""
+    explanation: str = ""
+    suggestion: str = ""
+
+
+@dataclass
+class PublishPayload:
+    """Everything one publish writes; kept in pending_reports until GitHub took all of it."""
+
+    kind: str  # pr | ci
+    head_sha: str
+    section: str  # this run's markdown section of the comment
+    blame_categories: list[str] = field(default_factory=list)  # categories of new failures
+    check_conclusion: str | None = None  # None: this kind does not own the check run
+    check_title: str = ""
+    check_summary: str = ""
+    check_text: str = ""
+    annotations: list[dict] = field(default_factory=list)  # Annotation fields
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "PublishPayload":
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+def compose_comment(head_sha: str, sections: dict[str, str]) -> str:
+    parts = [SUMMARY_MARKER, f"## etriage summary for `{head_sha[:12]}`", ""]
+    ordered = [k for k in SECTION_ORDER if sections.get(k)] + sorted(
+        k for k in sections if k not in SECTION_ORDER and sections[k])
+    if not ordered:
+        parts.append("Triage is running; this comment is updated when it finishes.")
+    for kind in ordered:
+        parts += [sections[kind].rstrip(), ""]
+    parts.append("<sub>Commands: `/etriage rerun`, `/etriage ignore <test> <reason>`, "
+                  "`/etriage ok-to-test` (maintainers).</sub>")
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def render_ci_section(head_sha: str, failures: list[CiFailure], jobs_seen: list[str],
+                      merge_base: str | None) -> str:
+    lines = [f"### CI failures at `{head_sha[:12]}`"]
+    base_note = (f"compared with the merge base `{merge_base[:12]}`" if merge_base
+                 else "no merge base known: nothing could be marked pre-existing")
+    if not failures:
+        jobs = ", ".join(jobs_seen) or "none"
+        lines.append(f"No failure line found in the failed jobs' logs ({jobs}); {base_note}.")
+        return "\n".join(lines)
+    counts = {}
+    for failure in failures:
+        counts[failure.verdict] = counts.get(failure.verdict, 0) + 1
+    lines.append(", ".join(f"{n} {verdict.replace('_', '-')}" for verdict, n in counts.items())
+                 + f" ({base_note}).")
+    lines.append("")
+    for failure in failures:
+        icon = VERDICT_ICONS.get(failure.verdict, "•")
+        what = failure.test or failure.title or failure.category
+        lines.append(f"- {icon} **{failure.verdict.replace('_', '-')}** · `{failure.category}` · "
+                     f"job `{failure.job}` · {what}")
+        if failure.verdict == "environment":
+            lines.append("  The environment (runner, SDK, device or infrastructure) failed, "
+                         "not this change.")
+        lines.append(f"  ```\n  {failure.primary_line.strip()}\n  ```")
+        lines.append(f"  <sub>log line {failure.line_no} · fingerprint `{failure.fingerprint}`</sub>")
+        if failure.explanation:
+            lines.append(f"  {failure.explanation.strip()}")
+        if failure.suggestion:
+            lines.append(f"  Next step: {failure.suggestion.strip()}")
+    return "\n".join(lines)
+
+
+def labels_to_change(current: list[str], blame_categories: set[str],
+                     category_labels) -> tuple[list[str], list[str]]:
+    """(labels to add, labels to remove): the repo config's category labels follow the failures
+    on the PR (added while a new failure of the category is there, removed when it is gone)."""
+    wanted = {category_labels[c] for c in blame_categories if c in category_labels}
+    ours = {label for label in current if label in set(category_labels.values())}
+    return sorted(wanted - set(current)), sorted(ours - wanted)

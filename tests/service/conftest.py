@@ -1,0 +1,194 @@
+"""The service under test, made of real parts: the Flask app in a real HTTP server thread, a
+real Celery worker process on a real Redis, SQLite (or PostgreSQL) and the GitHub double."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+
+from bot.demo import make_checkout
+from bot.github_double import GitHubDouble
+from bot.replay import send
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO, PR, INSTALLATION = "Codertocat/Hello-World", 2, 1
+SECRET = "test-webhook-secret"
+TOKEN = "ghs_testtoken0123456789abcdefABCDEF"
+
+
+@pytest.fixture
+def double():
+    with GitHubDouble() as github:
+        yield github
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    base, head = make_checkout(tmp_path / "Hello-World")
+    return tmp_path / "Hello-World", base, head
+
+
+@pytest.fixture
+def clean_redis(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()  # queues, unacked messages, locks and heads of the previous test
+    yield client
+    client.flushdb()
+    client.close()
+
+
+@dataclass
+class Service:
+    url: str
+    env: dict
+    settings: object
+    double: GitHubDouble
+    redis: redis.Redis
+    base: str
+    head: str
+    checkout: Path
+
+    def post(self, event: str, payload: dict | bytes, delivery: str | None = None):
+        body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        return send(self.url, SECRET, event, body, delivery or str(uuid.uuid4()))
+
+    def store(self):
+        from bot.store import Store
+
+        return Store(self.env["DATABASE_URL"])
+
+
+class Worker:
+    """`celery -A tasks.celery_app worker` as a subprocess in its own process group."""
+
+    def __init__(self, env: dict, log_path: Path):
+        self.env, self.log_path = env, log_path
+        self.process: subprocess.Popen | None = None
+
+    def start(self, **extra_env) -> "Worker":
+        env = dict(self.env, **extra_env)
+        self.log = open(self.log_path, "a")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "tasks.celery_app", "worker",
+             "-Q", "triage,build,emulator,device", "--concurrency", "2", "--loglevel", "INFO",
+             "--without-mingle", "--without-gossip", "--hostname", f"test-{uuid.uuid4().hex[:8]}@%h"],
+            cwd=REPO_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+        deadline = time.monotonic() + 60
+        while "ready." not in self.log_path.read_text():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("worker did not start:\n" + self.log_path.read_text()[-3000:])
+            time.sleep(0.1)  # the worker prints "ready." once it consumes; no event to wait on
+        return self
+
+    def kill(self, sig=signal.SIGKILL) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, sig)
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        try:  # warm shutdown: the main process stops its pool itself
+            self.process.terminate()
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        try:  # pool children left by a SIGKILLed main process
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.log.close()
+
+
+@pytest.fixture
+def service_env(tmp_path, double, checkout, redis_url, clean_redis):
+    repo_dir, base, head = checkout
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
+        "ETRIAGE_WEBHOOK_SECRET": SECRET, "ETRIAGE_GITHUB_TOKEN": TOKEN,
+        "ETRIAGE_GITHUB_API_URL": double.url, "REDIS_URL": redis_url,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'etriage.db'}",
+        "ETRIAGE_DATA_DIR": str(tmp_path / "data"), "ETRIAGE_REPO_PATHS": f"{REPO}={repo_dir}",
+        "ETRIAGE_GITHUB_WRITE_INTERVAL": "0", "ETRIAGE_VISIBILITY_TIMEOUT": "60",
+    }
+
+
+@pytest.fixture
+def workers(service_env, tmp_path):
+    started: list[Worker] = []
+
+    def start(**extra_env) -> Worker:
+        worker = Worker(service_env, tmp_path / f"worker-{len(started)}.log")
+        started.append(worker)
+        return worker.start(**extra_env)
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+@pytest.fixture
+def web(service_env, double, checkout, clean_redis):
+    """The WEB's Flask app behind a real HTTP server thread; dispatch uses the same settings."""
+    from werkzeug.serving import make_server
+
+    from bot.app import create_app
+    from bot.settings import Settings
+    from tasks.celery_app import WorkerOptions, configure
+    import threading
+
+    settings = Settings.from_env(service_env)
+    configure(settings, WorkerOptions.from_env(service_env))
+    server = make_server("127.0.0.1", 0, create_app(settings), threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    repo_dir, base, head = checkout
+    double.add_pull(REPO, PR, head, base, files=[("docs/usage.md", "modified")])
+    yield Service(f"http://127.0.0.1:{server.server_port}/webhook", service_env, settings,
+                  double, clean_redis, base, head, repo_dir)
+    server.shutdown()
+    server.server_close()
+
+
+def fixture_json(shared_dir: Path, *parts: str) -> dict:
+    return json.loads(shared_dir.joinpath("fixtures", "github", "webhooks", *parts).read_text())
+
+
+@pytest.fixture
+def payloads(shared_dir):
+    def pull_request(action: str, head: str, base: str) -> dict:
+        payload = fixture_json(shared_dir, "pull_request", "opened.json")
+        payload["action"] = action
+        payload["pull_request"]["head"]["sha"] = head
+        payload["pull_request"]["base"]["sha"] = base
+        return payload
+
+    def workflow_run(run_id: int, head: str) -> dict:
+        payload = fixture_json(shared_dir, "workflow_run", "completed.with-pull-requests.json")
+        payload["workflow_run"].update(id=run_id, head_sha=head, conclusion="failure")
+        payload["repository"]["full_name"] = REPO
+        payload["installation"] = {"id": INSTALLATION}
+        return payload
+
+    def issue_comment(comment_id: int, author: str, body: str) -> dict:
+        payload = fixture_json(shared_dir, "issue_comment", "created.with-installation.json")
+        payload["issue"]["number"] = PR
+        payload["issue"]["pull_request"] = {"url": f"https://api.github.com/repos/{REPO}/pulls/{PR}"}
+        payload["comment"].update(id=comment_id, body=body)
+        payload["comment"]["user"].update(login=author, type="User")
+        return payload
+
+    return type("Payloads", (), {"pull_request": staticmethod(pull_request),
+                                 "workflow_run": staticmethod(workflow_run),
+                                 "issue_comment": staticmethod(issue_comment)})

@@ -1,0 +1,123 @@
+"""GitHubClient against the GitHub double over real HTTP: auth, the summary comment, check
+runs, labels, logs, rate limits and retries, and tokens kept out of logs."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from bot.github_client import (SUMMARY_MARKER, Annotation, GitHubClient, GitHubConfig,
+                               GitHubUnavailable, RedactTokensFilter, redact)
+from tests.service.github_double import GitHubDouble
+
+REPO = "o/r"
+TOKEN = "ghp_0123456789abcdefghijABCDEFGHIJ012345"
+
+
+@pytest.fixture
+def double():
+    with GitHubDouble() as github:
+        github.add_pull(REPO, 7, "a" * 40, "b" * 40)
+        yield github
+
+
+def client(double, **overrides) -> GitHubClient:
+    config = GitHubConfig(base_url=double.url, token=TOKEN, seconds_between_writes=None,
+                          backoff_seconds=0.01, **overrides)
+    return GitHubClient(config, 1)
+
+
+def test_summary_is_created_once_then_edited_only_when_it_changes(double):
+    gh = client(double)
+    foreign = double.add_user_comment(REPO, 7, "someone", f"quoting {SUMMARY_MARKER}")
+    first, changed = gh.upsert_summary(REPO, 7, "one")
+    assert changed and first != foreign
+    assert gh.upsert_summary(REPO, 7, "one") == (first, False)
+    assert gh.upsert_summary(REPO, 7, "two") == (first, True)
+    assert len(double.requests_to("POST", r"/comments$")) == 1
+    assert len(double.requests_to("PATCH", r"/comments/")) == 1
+    assert double.comments_on(REPO, 7)[0]["body"] == f"quoting {SUMMARY_MARKER}"  # untouched
+
+
+def test_summary_is_found_on_a_later_page(double):
+    for n in range(35):
+        double.add_user_comment(REPO, 7, "someone", f"comment {n}")
+    gh = client(double)
+    first, _ = gh.upsert_summary(REPO, 7, "body")
+    assert gh.upsert_summary(REPO, 7, "body") == (first, False)
+
+
+def test_annotations_go_in_batches_of_fifty(double):
+    gh = client(double)
+    run_id = gh.create_check_run(REPO, "a" * 40, status="in_progress", title="t", summary="s")
+    gh.update_check_run(REPO, run_id, conclusion="failure", title="T", summary="S",
+                        annotations=[Annotation("x.py", i + 1, f"m{i}") for i in range(120)])
+    patches = [r.body for r in double.requests_to("PATCH", r"/check-runs/")]
+    assert [len(p["output"].get("annotations", [])) for p in patches] == [50, 50, 20]
+    assert ["conclusion" in p for p in patches] == [False, False, True]
+    [run] = double.check_runs_for(REPO)
+    assert len(run["annotations"]) == 120 and run["conclusion"] == "failure"
+
+
+def test_app_authentication_exchanges_a_jwt_for_an_installation_token(double):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()).decode()
+    gh = GitHubClient(GitHubConfig(base_url=double.url, app_id="123", private_key=key,
+                                   seconds_between_writes=None), 42)
+    assert gh.pull(REPO, 7)["head_sha"] == "a" * 40
+    assert [r.path for r in double.requests][:2] == ["/app/installations/42/access_tokens",
+                                                     "/repos/o/r/pulls/7"]
+
+
+def test_5xx_is_retried_and_then_given_up(double):
+    gh = client(double, attempts=3)
+    double.fail("GET", r"/pulls/7$", 502, times=2)
+    assert gh.pull(REPO, 7)["number"] == 7
+    double.fail("GET", r"/pulls/7$", 503, times=5)
+    with pytest.raises(GitHubUnavailable):
+        gh.pull(REPO, 7)
+    assert len(double.requests_to("GET", r"/pulls/7$")) == 6
+
+
+def test_a_long_rate_limit_goes_back_to_the_queue(double):
+    gh = client(double, max_inline_wait=2)
+    double.fail_rate_limited("GET", r"/pulls/7$", reset_in=120)
+    with pytest.raises(GitHubUnavailable) as caught:
+        gh.pull(REPO, 7)
+    assert caught.value.retry_after > 60
+    assert len(double.requests_to("GET", r"/pulls/7$")) == 1
+
+
+def test_labels_permission_logs_and_missing_files(double):
+    gh = client(double)
+    gh.add_labels(REPO, 7, ["triage: multi-method"])
+    gh.remove_label(REPO, 7, "triage: multi-method")
+    gh.remove_label(REPO, 7, "triage: multi-method")  # already gone: no error
+    assert double.labels_on(REPO, 7) == []
+    double.set_permission(REPO, "alice", "maintain")
+    assert gh.permission(REPO, "alice") == "maintain"
+    double.add_workflow_run(REPO, 5, "a" * 40, [{"id": 9, "name": "j", "conclusion": "failure",
+                                                  "log": "line\nError: boom\n"}])
+    assert gh.job_log(REPO, 9) == "line\nError: boom\n"
+    [log_request] = double.requests_to("GET", r"/_logs/9")
+    assert log_request.query["urlSigningMethod"] == "HMACV1"
+    assert gh.read_file(REPO, ".github/etriage.yml") is None
+
+
+@pytest.mark.parametrize("line", [
+    f"token is {TOKEN}",
+    "Authorization: token ghs_16C7e42F292c6912E7710c838347Ae178B4a",
+    "jwt eyJhbGciOiJSUzI1NiJ9.eyJpc3MiOiIxMjMifQ.c2lnbmF0dXJlc2lnbmF0dXJl",
+])
+def test_tokens_are_redacted_from_logs(line, caplog):
+    assert "***" in redact(line)
+    logger = logging.getLogger("etriage.test.redaction")
+    handler_filter = RedactTokensFilter()
+    caplog.handler.addFilter(handler_filter)
+    logger.warning("sending %s", line)
+    caplog.handler.removeFilter(handler_filter)
+    assert "***" in caplog.text and "16C7e42F" not in caplog.text and TOKEN not in caplog.text

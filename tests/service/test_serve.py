@@ -1,0 +1,110 @@
+"""`etriage serve`, `replay` and `demo` as a user runs them: real processes, real signals."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.service.conftest import REPO_ROOT
+
+ETRIAGE = [sys.executable, "-m", "bot.cli"]
+pytestmark = pytest.mark.service
+
+
+def descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_serve_stops_web_worker_and_redis_on_signal(tmp_path, sig):
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    process = subprocess.Popen(ETRIAGE + ["serve", "--port", "0", "--github-double",
+                                          "--data-dir", str(tmp_path), "--concurrency", "1"],
+                               cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        lines = []
+        for line in process.stdout:
+            lines.append(line)
+            text = "".join(lines)
+            if "ready." in text and "Ctrl-C stops everything" in text:  # every piece is up
+                break
+        banner = "".join(lines)
+        assert "webhook at http://127.0.0.1:" in banner and "webhook secret (generated" in banner
+        secret = (tmp_path / "webhook-secret").read_text()
+        assert secret in banner and len(secret) == 40
+        children = descendants(process.pid)
+        names = {Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0] for p in children if alive(p)}
+        assert any(b"redis-server" in n for n in names)
+        assert len(children) >= 3  # redis-server, the worker and its pool
+        process.send_signal(sig)
+        process.communicate(timeout=60)
+        assert process.returncode == 0
+        survivors = [p for p in children if alive(p)]
+        assert survivors == []
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def test_replay_signs_the_payload_and_reports_bad_input(tmp_path, shared_dir):
+    payload = shared_dir / "fixtures/github/webhooks/ping/ping.json"
+    result = subprocess.run(ETRIAGE + ["replay", str(payload), "--event", "ping",
+                                       "--data-dir", str(tmp_path)],
+                            cwd=REPO_ROOT, capture_output=True, text=True)
+    assert result.returncode == 2 and "start `etriage serve` or pass --url" in result.stderr
+    assert "Traceback" not in result.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    result = subprocess.run(ETRIAGE + ["replay", str(bad), "--event", "ping", "--url", "http://x",
+                                       "--secret", "s"], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert result.returncode == 2 and "is not JSON" in result.stderr
+
+
+def test_replay_against_a_running_app(web, shared_dir):
+    from bot.replay import sign
+
+    assert sign(b"{}", "s") == "sha256=" + __import__("hmac").new(
+        b"s", b"{}", "sha256").hexdigest()
+    result = subprocess.run(
+        ETRIAGE + ["replay", str(shared_dir / "fixtures/github/webhooks/ping/ping.json"), "--event", "ping",
+                   "--url", web.url, "--secret", "test-webhook-secret"],
+        cwd=REPO_ROOT, capture_output=True, text=True)
+    assert result.returncode == 0 and '"pong"' in result.stdout, result.stdout + result.stderr
+
+
+def test_demo_prints_the_comment_and_the_check_run():
+    result = subprocess.run(ETRIAGE + ["demo", "--timeout", "120"], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=300,
+                            env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = result.stdout
+    assert "===== PR comment on Codertocat/Hello-World#2 by etriage[bot] =====" in out
+    assert "CI failures at" in out and "`runtime_error`" in out
+    assert "===== check run `etriage`: completed / success =====" in out

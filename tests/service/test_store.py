@@ -1,0 +1,83 @@
+"""The Store on SQLite and on PostgreSQL (a table prefix per test, dropped afterwards)."""
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from bot.store import Store
+from triage_rules import Failure
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        db = Store(f"sqlite:///{tmp_path / 'etriage.db'}")
+    else:
+        url = request.getfixturevalue("postgres_url")
+        db = Store(url, prefix=f"t{uuid.uuid4().hex[:10]}_")
+    yield db
+    db.drop_all()
+
+
+def failure(fingerprint, category="mutable_buffer", test="t::a"):
+    return Failure(line="RuntimeError: boom", line_no=3, test=test, fingerprint=fingerprint,
+                   category=category)
+
+
+def test_results_are_unique_per_head_suite_target_test(store):
+    row = {"suite": "probe", "target": "host", "test": "t::a", "outcome": "failed"}
+    store.record_results("o/r", "h1", [row])
+    store.record_results("o/r", "h1", [dict(row, outcome="passed")])  # a redelivered run
+    [only] = store.results_for("o/r", "h1")
+    assert only["outcome"] == "passed"
+
+
+def test_runs_are_reused_per_head_and_kind(store):
+    first = store.start_run("o/r", 1, "h1", "pr")
+    assert store.start_run("o/r", 1, "h1", "pr") == first
+    assert store.start_run("o/r", 1, "h1", "ci") != first
+    store.update_run(first, check_run_id=99, report={"blame_categories": ["lint"]})
+    assert store.run(first)["report"] == {"blame_categories": ["lint"]}
+    assert store.expire_runs(timedelta(hours=-1)) == 2
+    assert {r["status"] for r in store.runs_for("o/r", 1)} == {"expired"}
+
+
+def test_failures_pull_requests_and_lookup(store):
+    store.record_pull("o/r", 1, "h1", base_sha="b1", installation_id=5)
+    store.record_failures("o/r", "h1", "ci:job", [failure("abcdef1234"), failure("fedcba9876", test="t::b")])
+    store.record_failures("o/r", "h1", "ci:job", [failure("abcdef1234")])
+    assert store.failure_fingerprints("o/r", "h1") == {"abcdef1234", "fedcba9876"}
+    assert store.pulls_with_head("o/r", "h1") == [1]
+    assert store.find_failure("o/r", 1, "2")["fingerprint"] == "fedcba9876"
+    assert store.find_failure("o/r", 1, "abcdef")["test"] == "t::a"
+    assert store.find_failure("o/r", 1, "t::b")["fingerprint"] == "fedcba9876"
+    assert store.find_failure("o/r", 1, "zzzzzz") is None
+    store.close_pull("o/r", 1)
+    assert store.pulls_with_head("o/r", "h1") == []
+
+
+def test_pending_reports_count_attempts_and_clear_per_head(store):
+    store.save_pending_report("o/r", 1, "pr", "h1", 5, {"section": "x"}, "502")
+    store.save_pending_report("o/r", 1, "pr", "h1", 5, {"section": "x"}, "rate limited")
+    [pending] = store.pending_reports()
+    assert pending["attempts"] == 2 and pending["last_error"] == "rate limited"
+    store.clear_pending_report("o/r", 1, "pr", "h0")  # another head: kept
+    assert store.pending_reports()
+    store.clear_pending_report("o/r", 1, "pr", "h1")
+    assert store.pending_reports() == []
+
+
+def test_command_state(store):
+    store.approve_for_devices("o/r", 1, "h1", "maint")
+    assert store.is_approved_for_devices("o/r", 1, "h1")
+    assert not store.is_approved_for_devices("o/r", 1, "h2")
+    store.ignore_failure("o/r", 1, "abc", "flaky on CI", "maint")
+    store.ignore_failure("o/r", 1, "abc", "known issue #12", "maint")
+    assert store.ignored_failures("o/r", 1) == {"abc": "known issue #12"}
+    store.audit("o/r", 1, "maint", "/etriage rerun", "accepted")
+    assert [(a["actor"], a["outcome"]) for a in store.audit_log("o/r", 1)] == [("maint", "accepted")]
+    store.record_installation(5, "octo", "created")
+    store.record_installation(5, "octo", "suspend")
+    assert store.installation(5)["action"] == "suspend"
