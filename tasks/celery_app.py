@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import Mapping
 
 from celery import Celery
-from kombu import Queue
+from kombu import Exchange, Queue
 
 QUEUES = ("triage", "build", "emulator", "device")
 TARGET_QUEUES = {"host": "build", "qnn-sim": "emulator", "android": "device", "ssh": "device"}
@@ -84,7 +84,11 @@ def make_celery(settings, options: WorkerOptions | None = None) -> Celery:
         result_backend_transport_options=transport,
         broker_connection_retry_on_startup=True,
         task_default_queue="triage",
-        task_queues=[Queue(name) for name in QUEUES],
+        # Each queue its own exchange and key: with bare Queue(name) Celery binds every queue
+        # to the default exchange and key, which only works by accident of the Redis transport.
+        task_queues=[Queue(name, Exchange(name, type="direct"), routing_key=name) for name in QUEUES],
+        task_default_exchange="triage",
+        task_default_routing_key="triage",
         task_routes={"etriage.run_suites": {"queue": "build"}},  # callers pick the target's queue
         task_acks_late=True,
         task_reject_on_worker_lost=True,
