@@ -4,12 +4,11 @@ Builds a throwaway git repository from the installed executorch package, applies
 regression patch as head, and triages it twice with the default plan (every suite the
 plan picks for the change). Prints the numbers; asserts nothing about speed.
 
-    .venv/bin/python bench/triage.py [--patch PATH] [--suite NAME ...]
+    .venv/bin/python bench/triage.py [--patch PATH] [--suite NAME ...] [--full-base]
 """
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 import time
@@ -18,35 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tasks.pipeline.overlay import installed_package_dir  # noqa: E402
 from tasks.pipeline.run import TriageOptions, triage  # noqa: E402
-
-GIT_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_AUTHOR_NAME": "bench",
-           "GIT_AUTHOR_EMAIL": "b@example.com", "GIT_COMMITTER_NAME": "bench",
-           "GIT_COMMITTER_EMAIL": "b@example.com"}
-SUFFIXES = (".py", ".yaml", ".fbs", ".pyi", ".h")
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True, env=GIT_ENV).stdout.strip()
-
-
-def make_repo(root: Path, patch: Path) -> Path:
-    installed = installed_package_dir(sys.executable)
-    repo = root / "executorch"
-    for src in installed.rglob("*"):
-        rel = src.relative_to(installed)
-        if src.is_file() and src.suffix in SUFFIXES and "__pycache__" not in rel.parts and rel.parts[0] != "data":
-            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-            (repo / rel).write_bytes(src.read_bytes())
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "base")
-    git(repo, "checkout", "-qb", "change")
-    git(repo, "apply", str(patch))
-    git(repo, "commit", "-qam", patch.stem)
-    return repo
+from tasks.sample_repo import build_sample_repo  # noqa: E402
 
 
 def main() -> int:
@@ -54,18 +26,25 @@ def main() -> int:
     parser.add_argument("--patch", type=Path,
                         default=ROOT / "tasks/probes/regressions/multi_method_first_partitioner_for_all.patch")
     parser.add_argument("--suite", action="append", dest="suites")
+    parser.add_argument("--full-base", action="store_true", help="first run with --full-base")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="etriage-bench-") as tmp:
-        repo = make_repo(Path(tmp), args.patch)
+        sample = build_sample_repo(Path(tmp) / "executorch")
+        head = sample.branch("change", patch=args.patch)
         data_dir = Path(tmp) / "data"
-        for label in ("cold", "base cached"):
+        # cold: empty data dir; then again with the merge base's outcomes (and durations) cached;
+        # --full-base: a first run that runs every suite in full at the merge base
+        runs = [("full base", True), ("base cached", False)] if args.full_base else \
+            [("cold", False), ("base cached", False)]
+        for label, full_base in runs:
             start = time.monotonic()
-            report = triage(TriageOptions(repo=repo, base="main", head="change", data_dir=data_dir,
-                                          suites=args.suites),
+            report = triage(TriageOptions(repo=sample.path, base="main", head=head, data_dir=data_dir,
+                                          suites=args.suites, full_base=full_base),
                             progress=lambda m: print(f"  {m}", file=sys.stderr))
             took = time.monotonic() - start
+            ran_at_base = sum(len(b.ran) for b in report.base_runs)
             print(f"triage {label:12s}: {took:6.1f} s  suites={','.join(report.plan.suites)}  "
-                  f"summary={report.summary}  base_cached={report.base_cached}")
+                  f"summary={report.summary}  base_cached={report.base_cached}  tests run at base={ran_at_base}")
     return 0
 
 

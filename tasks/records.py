@@ -110,11 +110,23 @@ class SuiteResult(_Record):
 
 
 @dataclass
+class BaseRun(_Record):
+    """How one suite's merge-base outcomes were obtained (the report says it per suite)."""
+    suite: str
+    target: str
+    source: str  # cache | ran | cache+ran | not_needed
+    complete: bool  # every test of the suite is known at the merge base (`fixed` is computed)
+    ran: list[str] = field(default_factory=list)  # tests run at the merge base by this triage
+    needed: int = 0  # head failures that needed a merge-base outcome
+
+
+@dataclass
 class Suspect(_Record):
     path: str
     symbol: str
     score: float
     reason: str = ""
+    line: int | None = None  # 1-based line at head: the first changed line of the symbol's hunk
 
 
 @dataclass
@@ -150,7 +162,8 @@ class Report(_Record):
     suites: list[SuiteResult]  # head runs (not_run ones carry the reason)
     summary: dict[str, int]
     seconds: float = 0.0
-    base_cached: bool = False
+    base_cached: bool = False  # no test had to run at the merge base (all known from cache)
+    base_runs: list[BaseRun] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         data = asdict(self)

@@ -22,6 +22,8 @@ def add_arguments(parser) -> None:
                         help="caches and per-run directories (default: ~/.cache/etriage)")
     parser.add_argument("--no-cache", action="store_true", help="ignore and do not write caches")
     parser.add_argument("--tables", type=Path, help="directory of areas/suites/recipes/targets YAML")
+    parser.add_argument("--full-base", action="store_true",
+                        help="run every suite in full at the merge base (slower; fills the cache, reports `fixed`)")
     parser.add_argument("--keep-run-dir", action="store_true", help="keep overlays and logs for debugging")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
@@ -39,7 +41,7 @@ def run(args) -> int:
     options = TriageOptions(
         repo=args.repo, base=args.base, head=args.head, data_dir=args.data_dir,
         targets=args.targets, suites=args.suites, use_cache=not args.no_cache,
-        tables_dir=args.tables, keep_run_dir=args.keep_run_dir,
+        tables_dir=args.tables, keep_run_dir=args.keep_run_dir, full_base=args.full_base,
         tool_env={k: os.environ[k] for k in QUIET_ENV if os.environ.get(k)})
     try:
         report = triage(options, progress=progress)

@@ -4,7 +4,7 @@
     pre_existing  fails at head and at the merge base
     flaky         failed at head, passed when retried at the same head
     new           fails at head, passed (or did not exist) at the merge base
-    fixed         failed at the merge base, passes at head
+    fixed         failed at the merge base, passes at head (suites with whole merge-base results)
 """
 from __future__ import annotations
 
@@ -61,7 +61,9 @@ def retry_candidates(base: dict[Key, TestResult], head: dict[Key, TestResult],
 
 
 def decide(base: dict[Key, TestResult], head: dict[Key, TestResult], failures: dict[Key, list],
-           retried: dict[Key, TestResult]) -> list[Verdict]:
+           retried: dict[Key, TestResult], complete: set[tuple[str, str]] | None = None) -> list[Verdict]:
+    """`complete`: (suite, target) pairs whose merge-base results are whole; `fixed` is only
+    said for those (None: all)."""
     verdicts = []
     for key, test in head.items():
         base_test = base.get(key)
@@ -88,7 +90,7 @@ def decide(base: dict[Key, TestResult], head: dict[Key, TestResult], failures: d
                 explanation=failure.explanation if failure else "",
                 suggestion=failure.suggestion if failure else "",
                 log_excerpt=_excerpt(test.text or test.message, failure)))
-        elif base_outcome in FAILED and test.outcome == "passed":
+        elif base_outcome in FAILED and test.outcome == "passed" and (complete is None or key[:2] in complete):
             verdicts.append(Verdict(suite=key[0], test=key[2], target=key[1], base=base_outcome,
                                     head=test.outcome, verdict="fixed"))
     return verdicts

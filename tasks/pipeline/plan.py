@@ -29,9 +29,17 @@ def backends_of(path: str, area, tables: Tables) -> set[str]:
     return set(area.backends)
 
 
-def suites_for(backends: set[str], tables: Tables, only: list[str] | None) -> list[str]:
-    chosen = [s.name for s in tables.suites.values() if backends & set(s.backends)]
-    return [s for s in chosen if s in only] if only else chosen
+def suites_for(backends: set[str], tables: Tables, only: list[str] | None,
+               paths: list[str] = (), notes: list[str] | None = None) -> list[str]:
+    """Suites for the backends; a suite with `when_paths` only when the change touches one
+    of them, unless asked for by name."""
+    chosen = [s for s in tables.suites.values() if backends & set(s.backends)]
+    if only:
+        return [s.name for s in chosen if s.name in only]
+    skipped = [s.name for s in chosen if not s.wanted_for(paths)]
+    if skipped and notes is not None:
+        notes.append(f"not run by default for this change (it touches none of their paths): {', '.join(skipped)}")
+    return [s.name for s in chosen if s.name not in skipped]
 
 
 def recipes_for(files: list[ChangedFile], backends: set[str], tables: Tables) -> list[str]:
@@ -80,7 +88,8 @@ def plan_change(repo, base: str, head: str, tables: Tables, *,
     elif not backends:
         notes.append(f"changes only in areas that affect no backend ({', '.join(areas)}): no suites run")
 
-    suite_names = suites_for(backends, tables, suites) if backends and not docs_only else []
+    touched = [p for f in files for p in filter(None, (f.path, f.old_path))]
+    suite_names = suites_for(backends, tables, suites, touched, notes) if backends and not docs_only else []
     recipe_names = recipes_for(files, backends, tables) if suite_names else []
     return Plan(base=base_sha, head=head_sha, merge_base=merge_base, changed_files=files,
                 areas=areas, backends=sorted(backends), suites=suite_names,

@@ -48,13 +48,20 @@ def _section(group: list[Verdict]) -> list[str]:
                  + (f" and {len(group) - 10} more" if len(group) > 10 else ""))
     if first.suspects:
         lines.append("- **Where to look:**")
-        lines.extend(f"  - `{s.path}` `{s.symbol or '(file)'}` (score {s.score:g}: {s.reason})"
-                     for s in first.suspects)
+        lines.extend(f"  - `{s.path}" + (f":{s.line}" if s.line else "") + f"` `{s.symbol or '(file)'}` "
+                     f"(score {s.score:g}: {s.reason})" for s in first.suspects)
     lines += ["", "Reproduce locally:", "```", first.reproduce, "```"]
     if first.log_excerpt:
         lines += ["<details><summary>log excerpt</summary>", "", "```",
                   first.log_excerpt.strip()[-2500:].replace("```", "'''"), "```", "</details>"]
     return lines + [""]
+
+
+def _base_line(b) -> str:
+    how = {"cache": "known from cache", "ran": "ran", "cache+ran": "partly from cache, rest ran",
+           "not_needed": "nothing needed (no failure at head needs it)"}.get(b.source, b.source)
+    ran = f", {len(b.ran)} test(s) run" if b.ran else ""
+    return f"- {b.suite} on {b.target}: {how}{ran}; " + ("whole suite known" if b.complete else "partial (no `fixed`)")
 
 
 def to_markdown(report: Report) -> str:
@@ -90,6 +97,8 @@ def to_markdown(report: Report) -> str:
     if ran:
         lines += ["<details><summary>What ran</summary>", ""]
         lines += [f"- {s.suite} on {s.target}: {s.status}, {len(s.tests)} test(s), {s.seconds:.0f}s" for s in ran]
+        if report.base_runs:
+            lines += ["", "At the merge base:"] + [_base_line(b) for b in report.base_runs]
         if plan.selected:
             lines += ["", "Selected tests:"] + [f"- `{t.path}`: {t.reason}" for t in plan.selected]
         if plan.left_out:

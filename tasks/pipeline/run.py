@@ -1,15 +1,13 @@
-"""`triage(...)`: plan -> rebuild -> run suites at base and head -> classify -> compare -> report.
+"""`triage(...)`: plan -> rebuild -> run suites at head -> classify -> the merge base's outcomes
+for head's failures (base.py) -> retry -> compare -> report.
 
 Plain Python with its collaborators passed in (the engine's classifier, a progress
 callback); no global state, no os.chdir. The CLI, the Celery task and the tests call this.
 Everything a run writes lives in <data_dir>/runs/<run>/ (removed afterwards) except the
-shared caches: base results, import graphs, native builds.
+shared caches: merge-base outcomes, learned durations, import graphs, native builds.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import shutil
 import sys
 import tempfile
@@ -17,14 +15,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tasks.pipeline import compare, select, suspects
+from tasks.pipeline import base, compare, durations, select, suspects
 from tasks.pipeline.build import Workspace, build_commit
 from tasks.pipeline.overlay import installed_package_dir
 from tasks.pipeline.plan import plan_change
+from tasks.pipeline.pytest_plugin.etriage_pytest import BUDGET_REASON
 from tasks.pipeline.suites import SuiteRun, reproduce_command
 from tasks.pipeline.tables import Tables, load_tables
 from tasks.pipeline.targets import make_target, not_run
-from tasks.records import VERDICTS, BuildResult, Report, SuiteResult, Verdict
+from tasks.records import VERDICTS, BuildResult, Report, SelectedTest, SuiteResult, Verdict
 
 
 @dataclass
@@ -42,6 +41,7 @@ class TriageOptions:
     tool_env: dict[str, str] = field(default_factory=dict)  # QNN_SDK_ROOT etc., read by the caller
     keep_run_dir: bool = False
     suite_timeout: float = 1800
+    full_base: bool = False  # run every suite in full at the merge base (fills the cache, gives `fixed`)
 
 
 def _quiet(message: str) -> None:
@@ -81,7 +81,8 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
         progress("selecting tests (import graph of head) ...")
         graph = select.import_graph(ws.repo, plan.head, ws.data_dir, ws.use_cache)
         fixed = {p for s in plan.suites for p in tables.suites[s].paths}
-        plan.selected, plan.left_out = select.select_tests(graph, plan.changed_files, tables, fixed)
+        plan.selected, plan.left_out = select.select_tests(
+            graph, plan.changed_files, tables, fixed, durations.load(ws.data_dir) if ws.use_cache else None)
         progress(f"selected {len(plan.selected)} test file(s): {', '.join(s.path for s in plan.selected) or '-'}")
         if not plan.selected:
             plan.suites.remove("selected")
@@ -91,10 +92,59 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
     head_build = build_commit(ws, tables, plan.head, plan.changed_files, plan.recipes, classify, progress)
     if head_build.status == "failed":
         return _build_failed(ws, tables, plan, head_build, classify, progress, start)
-    base_build = build_commit(ws, tables, plan.merge_base, [], [], classify, progress)
 
+    def record_durations(results, seconds, whole):
+        if ws.use_cache:
+            durations.record(ws.data_dir, results, whole_files=whole, process_seconds=seconds)
+
+    # 1. head, every planned suite (pytest suites sharing a process)
     targets = {name: make_target(tables.targets[name], options.tool_env) for name in plan.targets}
-    base_results, head_results, not_run_results, all_cached = [], [], [], True
+    head_runs, not_run_results = _head_runs(ws, tables, plan, targets, head_build, options, progress)
+    head_results = []
+    for target in targets.values():
+        runs = [r for r in head_runs if r.target == target.name]
+        if runs:
+            progress(f"{', '.join(r.suite.name for r in runs)} on {target.name} at head ...")
+        for results, seconds, whole in target.run_many(runs):
+            record_durations(results, seconds, whole)
+            for result in results:
+                progress(f"{result.suite} on {target.name} at head: {_counts(result)}")
+            head_results += results
+    head_idx = compare.index(head_results)
+    failures = compare.classify_failing(head_idx, classify)
+    _note_budget_skips(plan, head_results)
+
+    # 2. merge base: only head's failures that need it (or the cache answers)
+    base_build = build_commit(ws, tables, plan.merge_base, [], [], classify, progress)
+    base_results, base_runs, complete = base.base_outcomes(
+        ws, targets, plan, head_runs, head_results, failures, base_build,
+        full_base=options.full_base, progress=progress, record_durations=record_durations)
+    base_idx = compare.index(base_results)
+
+    # 3. retry what would be new; verdicts; suspects
+    retried = _retry(ws, tables, targets, head_build, compare.retry_candidates(base_idx, head_idx, failures),
+                     options, progress)
+    verdicts = compare.decide(base_idx, head_idx, failures, retried, complete)
+    regions = suspects.changed_regions(ws.repo, plan.merge_base, plan.head, plan.changed_files)
+    for verdict in verdicts:
+        key = (verdict.suite, verdict.target, verdict.test)
+        if verdict.verdict == "new":
+            verdict.suspects = suspects.rank(regions, compare.primary(failures.get(key, [])),
+                                             head_idx[key].text, verdict.category, tables)
+        verdict.reproduce = reproduce_command(tables.suites[verdict.suite], verdict.test)
+    partial = [f"{b.suite} on {b.target}" for b in base_runs if not b.complete]
+    if partial:
+        plan.notes.append("`fixed` is only computed for suites with full merge-base results; at the merge "
+                          f"base only head's failures ran for: {', '.join(partial)}")
+    cached = any("cache" in b.source for b in base_runs) and not any(b.ran for b in base_runs)
+    report = _report(plan, head_build, verdicts, head_results + not_run_results, start, cached)
+    report.base_runs = base_runs
+    return report
+
+
+def _head_runs(ws, tables, plan, targets, head_build, options, progress):
+    """The head's SuiteRuns for every planned suite and target, and the not-run results."""
+    runs, not_run_results = [], []
     for suite_name in plan.suites:
         suite = tables.suites[suite_name]
         runnable = [t for t in targets.values() if suite.kind in t.spec.suite_kinds
@@ -104,65 +154,33 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
             not_run_results.append(not_run(probe, f"no requested target runs {suite.kind} suites "
                                                   f"for {', '.join(suite.backends)}"))
             continue
-        paths = tuple(s.path for s in plan.selected) if suite.kind == "selected" else ()
+        selected = suite.kind == "selected"
+        paths = tuple(s.path for s in plan.selected) if selected else ()
         for target in runnable:
+            run = SuiteRun(suite, head_build, target.name, ws.run_dir, options.python, paths,
+                           timeout=options.suite_timeout,
+                           budget_seconds=tables.selection.budget_seconds if selected else None,
+                           budget_paths=paths)
             ok, reason = target.available()
-            head_run = SuiteRun(suite, head_build, target.name, ws.run_dir, options.python, paths,
-                                timeout=options.suite_timeout)
             if not ok:
-                not_run_results.append(not_run(head_run, reason))
+                not_run_results.append(not_run(run, reason))
                 progress(f"{suite.name} on {target.name}: not run ({reason})")
-                continue
-            base_paths = tuple(p for p in paths if (Path(base_build.package_dir) / p).exists())
-            base_result, cached = _base_result(ws, target, SuiteRun(
-                suite, base_build, target.name, ws.run_dir, options.python, base_paths,
-                timeout=options.suite_timeout), plan, progress)
-            all_cached &= cached
-            base_results.append(base_result)
-            progress(f"{suite.name} on {target.name} at head ...")
-            head_result = target.run(head_run)
-            progress(f"{suite.name} on {target.name} at head: {_counts(head_result)}")
-            head_results.append(head_result)
-
-    base_idx, head_idx = compare.index(base_results), compare.index(head_results)
-    failures = compare.classify_failing(head_idx, classify)
-    retried = _retry(ws, tables, targets, head_build, compare.retry_candidates(base_idx, head_idx, failures),
-                     options, progress)
-    verdicts = compare.decide(base_idx, head_idx, failures, retried)
-    regions = suspects.changed_regions(ws.repo, plan.merge_base, plan.head, plan.changed_files)
-    for verdict in verdicts:
-        key = (verdict.suite, verdict.target, verdict.test)
-        if verdict.verdict == "new":
-            verdict.suspects = suspects.rank(regions, compare.primary(failures.get(key, [])),
-                                             head_idx[key].text, verdict.category, tables)
-        verdict.reproduce = reproduce_command(tables.suites[verdict.suite], verdict.test)
-    return _report(plan, head_build, verdicts, head_results + not_run_results, start, all_cached)
+            else:
+                runs.append(run)
+    return runs, not_run_results
 
 
-def _base_key(ws: Workspace, run: SuiteRun, plan) -> str:
-    version = (ws.installed / "version.py")
-    payload = json.dumps({
-        "merge_base": plan.merge_base, "recipes": plan.recipes, "suite": repr(run.suite),
-        "paths": run.paths, "target": run.target, "installed": str(ws.installed),
-        "installed_version": version.read_text() if version.exists() else "",
-    })
-    return hashlib.sha256(payload.encode()).hexdigest()[:24]
-
-
-def _base_result(ws: Workspace, target, run: SuiteRun, plan, progress) -> tuple[SuiteResult, bool]:
-    cache = ws.data_dir / "base-results" / f"{_base_key(ws, run, plan)}.json"
-    if ws.use_cache and cache.is_file():
-        progress(f"{run.suite.name} on {run.target} at merge base: cached")
-        return SuiteResult.from_dict(json.loads(cache.read_text())), True
-    progress(f"{run.suite.name} on {run.target} at merge base {plan.merge_base[:12]} ...")
-    result = target.run(run)
-    progress(f"{run.suite.name} on {run.target} at merge base: {_counts(result)}")
-    if result.status == "ran":  # never cache a crash: it may be the worker's, not the code's
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(result.to_dict()))
-        os.replace(tmp, cache)
-    return result, False
+def _note_budget_skips(plan, head_results) -> None:
+    """Selected tests the run-time budget skipped are reported as left out."""
+    skipped: dict[str, int] = {}
+    for result in head_results:
+        for test in result.tests:
+            if test.outcome == "skipped" and BUDGET_REASON in test.message:
+                path = test.test.split("::", 1)[0]
+                skipped[path] = skipped.get(path, 0) + 1
+    for path, count in skipped.items():
+        plan.left_out.append(SelectedTest(path=path, reason=f"left out at run time: {count} test(s) skipped, "
+                                                            "over the time budget"))
 
 
 def _retry(ws, tables, targets, head_build, keys, options, progress) -> dict:
@@ -172,16 +190,20 @@ def _retry(ws, tables, targets, head_build, keys, options, progress) -> dict:
         groups: dict[tuple[str, str], list[str]] = {}
         for suite, target, test in pending:
             groups.setdefault((suite, target), []).append(test)
-        still_failing = []
+        runs: dict[str, list[SuiteRun]] = {}
         for (suite, target), tests in groups.items():
             progress(f"retrying {len(tests)} failed test(s) of {suite} on {target} (attempt {attempt})")
-            run = SuiteRun(tables.suites[suite], head_build, target, ws.run_dir, options.python,
-                           node_ids=tuple(tests), timeout=options.suite_timeout, attempt=attempt)
-            for key, test in compare.index([targets[target].run(run)]).items():
-                if key in pending:
-                    retried[key] = test
-                    if test.outcome != "passed":
-                        still_failing.append(key)
+            runs.setdefault(target, []).append(SuiteRun(
+                tables.suites[suite], head_build, target, ws.run_dir, options.python,
+                node_ids=tuple(tests), timeout=options.suite_timeout, attempt=attempt, phase="retry"))
+        still_failing = []
+        for target, target_runs in runs.items():
+            for results, _, _ in targets[target].run_many(target_runs):
+                for key, test in compare.index(results).items():
+                    if key in pending:
+                        retried[key] = test
+                        if test.outcome != "passed":
+                            still_failing.append(key)
         pending = still_failing
         if not pending:
             break

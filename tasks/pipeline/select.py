@@ -15,7 +15,7 @@ from collections import deque
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from tasks.pipeline import gitio
+from tasks.pipeline import durations, gitio
 from tasks.pipeline.overlay import PACKAGE, module_name
 from tasks.pipeline.tables import Tables
 from tasks.records import ChangedFile, SelectedTest
@@ -102,8 +102,10 @@ def _importers(graph: dict, changed_modules: set[str], max_depth: int) -> dict[s
     return seen
 
 
-def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables,
-                 fixed_paths: set[str]) -> tuple[list[SelectedTest], list[SelectedTest]]:
+def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables, fixed_paths: set[str],
+                 learned: dict | None = None) -> tuple[list[SelectedTest], list[SelectedTest]]:
+    """Rank candidates, keep them while they fit `max_files` and `budget_seconds`; costs come
+    from `learned` (durations.load) where known, else the table's conservative estimate."""
     rules = tables.selection
     changed_paths = {f.path for f in changes if f.status != "D"}
     touched = {f.path for f in changes} | {f.old_path for f in changes if f.old_path}
@@ -136,14 +138,18 @@ def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables,
 
     selected, left_out, spent = [], [], 0.0
     for path, (score, reason) in sorted(candidates.items(), key=lambda kv: (-kv[1][0], kv[0])):
-        cost = rules.seconds_per_file + rules.seconds_per_test * graph["tests"].get(path, 1)
-        item = SelectedTest(path=path, reason=reason, estimated_seconds=round(cost, 1))
+        cost, how = durations.estimate(learned or {}, path, graph["tests"].get(path, 1), rules)
+        item = SelectedTest(path=path, reason=f"{reason} (~{cost:.0f}s, {how})", estimated_seconds=round(cost, 1))
         excluded = next((g for g in rules.exclude if fnmatchcase(path, g)), None)
         if excluded:
             item.reason += f" -- left out: excluded by {excluded!r} (needs hardware/SDK or too long)"
             left_out.append(item)
-        elif len(selected) >= rules.max_files or spent + cost > rules.budget_seconds:
-            item.reason += f" -- left out: over the budget ({rules.max_files} files / {rules.budget_seconds:.0f}s)"
+        elif len(selected) >= rules.max_files:
+            item.reason += f" -- left out: over the budget of {rules.max_files} files"
+            left_out.append(item)
+        elif spent + cost > rules.budget_seconds:
+            item.reason += (f" -- left out: over the time budget ({spent:.0f}s of {rules.budget_seconds:.0f}s "
+                            f"already selected)")
             left_out.append(item)
         else:
             selected.append(item)

@@ -6,6 +6,7 @@ directory) so the change's test files are the ones collected.
 """
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 import time
@@ -18,6 +19,8 @@ from tasks.pipeline.tables import Suite
 from tasks.records import BuildResult, SuiteResult, TestResult
 
 TEXT_LIMIT = 12000
+PLUGIN_DIR = Path(__file__).resolve().parent / "pytest_plugin"  # etriage_pytest.py
+PLUGIN_CONFIG = "etriage-pytest.json"
 PYTEST_INI = "[pytest]\naddopts =\ntimeout = 600\njunit_logging = all\njunit_family = xunit1\n"
 
 
@@ -35,13 +38,20 @@ class SuiteRun:
     timeout: float = 1800
     values: dict[str, str] = field(default_factory=dict)  # extra command placeholders
     attempt: int = 0
+    phase: str = "head"  # head | base | retry: keeps work directories apart
+    budget_seconds: float | None = None  # pytest: skip the rest of `paths` once spent
+    budget_paths: tuple[str, ...] = ()
 
     @property
     def package_dir(self) -> Path:
         return Path(self.build.package_dir or "")
 
+    def has_file(self, path: str) -> bool:
+        return (self.package_dir / path).is_file()
+
     def work_dir(self) -> Path:
-        path = self.run_dir / "suites" / f"{self.suite.name}-{self.target}-{self.build.commit[:12]}-{self.attempt}"
+        path = (self.run_dir / "suites"
+                / f"{self.phase}-{self.suite.name}-{self.target}-{self.build.commit[:12]}-{self.attempt}")
         path.mkdir(parents=True, exist_ok=True)
         return path
 
@@ -50,18 +60,34 @@ def pytest_command(run: SuiteRun, junit: Path) -> list[str]:
     ini = run.run_dir / "pytest.ini"
     if not ini.exists():
         ini.write_text(PYTEST_INI)
-    targets = list(run.node_ids) or list(run.paths or run.suite.paths)
-    return [run.python, "-m", "pytest", "-p", "no:cacheprovider", "-c", str(ini),
+    config: dict = {}
+    if run.node_ids:  # the plugin keeps only these: an id absent from this tree is no error
+        targets = sorted({t.split("::", 1)[0] for t in run.node_ids if run.has_file(t.split("::", 1)[0])})
+        config["only"] = sorted(run.node_ids)
+    else:
+        targets = list(run.paths or run.suite.paths)
+    if run.budget_seconds is not None and run.budget_paths:
+        config["budget"] = {"seconds": run.budget_seconds, "paths": list(run.budget_paths)}
+    (junit.parent / PLUGIN_CONFIG).write_text(json.dumps(config))
+    return [run.python, "-m", "pytest", "-p", "no:cacheprovider", "-p", "etriage_pytest", "-c", str(ini),
             "--rootdir", str(run.package_dir), "-q", "--junit-xml", str(junit),
             # one broken test file must not hide the results of the others
             "--continue-on-collection-errors",
             *run.suite.args, *targets]
 
 
+def plugin_env(junit: Path) -> dict[str, str]:
+    """Environment entries pytest_command's plugin needs (PYTHONPATH is added by the caller)."""
+    return {"ETRIAGE_PYTEST_CONFIG": str(junit.parent / PLUGIN_CONFIG)}
+
+
 def template_command(run: SuiteRun, junit: Path, **more: str) -> list[str]:
     values = {"python": run.python, "junit": str(junit), "executorch_root": str(run.package_dir),
               **run.values, **more}
-    return [arg.format(**values) for arg in run.suite.command]
+    cmd = [arg.format(**values) for arg in run.suite.command]
+    for test in run.node_ids if run.suite.select_args else ():
+        cmd += [arg.format(**values, name=test.rsplit("::", 1)[-1]) for arg in run.suite.select_args]
+    return cmd
 
 
 def reproduce_command(suite: Suite, test: str) -> str:
@@ -77,6 +103,8 @@ def reproduce_command(suite: Suite, test: str) -> str:
 def node_id(classname: str, name: str, package_dir: Path) -> str:
     """JUnit classname + name -> pytest node id relative to the package root."""
     parts = classname.split(".") if classname else []
+    if not parts and (package_dir / (name.replace(".", "/") + ".py")).is_file():
+        return name.replace(".", "/") + ".py"  # a collection error: pytest names the module
     for i in range(len(parts), 0, -1):
         candidate = "/".join(parts[:i]) + ".py"
         if (package_dir / candidate).exists():

@@ -29,6 +29,7 @@ class ChangedRegion:
     symbol: str  # Class.method, function, "<module>", or "" for non-Python files
     first: int
     last: int
+    line: int | None = None  # first changed line inside the symbol at head (1-based)
 
 
 def _symbols(source: bytes) -> list[tuple[str, int, int]]:
@@ -54,20 +55,27 @@ def changed_regions(repo, merge_base: str, head: str, changes: list[ChangedFile]
     hunks = gitio.diff_hunks(repo, merge_base, head)
     regions: dict[tuple[str, str], ChangedRegion] = {}
     for change in changes:
+        file_hunks = hunks.get(change.path, [])
         if change.status == "D" or not change.path.endswith(".py") or change.binary:
-            regions[(change.path, "")] = ChangedRegion(change.path, "", 0, 0)
+            first_line = file_hunks[0][0] if file_hunks and change.status != "D" else None
+            regions[(change.path, "")] = ChangedRegion(change.path, "", 0, 0, first_line)
             continue
         try:
             symbols = _symbols(gitio.show(repo, head, change.path))
         except SyntaxError:
             symbols = []
-        for first, last in hunks.get(change.path, []) or [(0, 0)]:
+        for first, last in file_hunks or [(0, 0)]:
             inner = [s for s in symbols if s[1] <= last and s[2] >= first]
             name, lo, hi = inner[-1] if inner else ("<module>", first, last)
+            # the hunk may start before the symbol (a hunk spanning two defs): clamp into it
+            line = max(first, lo) if first else None
             key = (change.path, name)
             old = regions.get(key)
-            regions[key] = ChangedRegion(change.path, name, min(lo, old.first) if old else lo,
-                                         max(hi, old.last) if old else hi)
+            if old:
+                regions[key] = ChangedRegion(change.path, name, min(lo, old.first), max(hi, old.last),
+                                             min(filter(None, (old.line, line)), default=None))
+            else:
+                regions[key] = ChangedRegion(change.path, name, lo, hi, line)
     return list(regions.values())
 
 
@@ -125,8 +133,8 @@ def rank(regions: list[ChangedRegion], failure, text: str, category: str, tables
         if "/test/" in region.path or region.path.rsplit("/", 1)[-1].startswith("test_"):
             score *= 0.5  # a changed test is more often the messenger than the cause
         if score:
-            scored.append(Suspect(region.path, region.symbol, round(score, 2), "; ".join(why)))
+            scored.append(Suspect(region.path, region.symbol, round(score, 2), "; ".join(why), region.line))
     if not scored:  # nothing points anywhere: every changed region, unranked
-        scored = [Suspect(r.path, r.symbol, 0.1, "changed by this diff") for r in regions]
+        scored = [Suspect(r.path, r.symbol, 0.1, "changed by this diff", r.line) for r in regions]
     scored.sort(key=lambda s: (-s.score, s.path, s.symbol))
     return scored[:TOP]

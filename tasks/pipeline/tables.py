@@ -40,6 +40,13 @@ class Suite:
     tests: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
     estimated_seconds: float = 30.0
+    # Planned by default only when a changed path matches one of these globs (empty: always).
+    when_paths: tuple[str, ...] = ()
+    # Command-template suites: arguments that run one test, "{name}" is the test id's last part.
+    select_args: tuple[str, ...] = ()
+
+    def wanted_for(self, paths: list[str]) -> bool:
+        return not self.when_paths or any(fnmatchcase(p, g) for p in paths for g in self.when_paths)
 
 
 @dataclass(frozen=True)

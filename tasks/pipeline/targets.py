@@ -11,12 +11,13 @@ beside these later.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from tasks.pipeline import suites as suite_runner
 from tasks.pipeline.sandbox import run_logged, scrubbed_env
 from tasks.pipeline.suites import SuiteRun
-from tasks.pipeline.tables import TargetSpec
+from tasks.pipeline.tables import Suite, TargetSpec
 from tasks.records import SuiteResult, TestResult
 
 
@@ -32,9 +33,9 @@ class HostTarget:
     def available(self) -> tuple[bool, str]:
         return True, ""
 
-    def env_for(self, run: SuiteRun) -> dict[str, str]:
-        return scrubbed_env(run.work_dir(), pythonpath=[run.build.overlay_dir or ""],
-                            pass_through=self.tool_env)
+    def env_for(self, run: SuiteRun, extra: dict[str, str] | None = None) -> dict[str, str]:
+        return scrubbed_env(run.work_dir(), pythonpath=[run.build.overlay_dir or "", str(suite_runner.PLUGIN_DIR)],
+                            pass_through=self.tool_env, extra=extra)
 
     def run(self, run: SuiteRun) -> SuiteResult:
         if run.suite.kind not in self.spec.suite_kinds:
@@ -42,10 +43,70 @@ class HostTarget:
         work = run.work_dir()
         junit = work / "junit.xml"
         if run.suite.kind in ("pytest", "selected"):
+            if run.node_ids and not any(run.has_file(t.split("::", 1)[0]) for t in run.node_ids):
+                # none of the tests' files exist in this tree: nothing to run, all absent
+                return SuiteResult(suite=run.suite.name, target=run.target, commit=run.build.commit,
+                                   status="ran", reason="none of the test files exist here")
             cmd = suite_runner.pytest_command(run, junit)
-        else:
-            cmd = suite_runner.template_command(run, junit)
+            return suite_runner.execute(run, cmd, self.env_for(run, suite_runner.plugin_env(junit)), junit)
+        cmd = suite_runner.template_command(run, junit)
         return suite_runner.execute(run, cmd, self.env_for(run), junit)
+
+    def run_many(self, runs: list[SuiteRun]) -> list[tuple[list[SuiteResult], float, bool]]:
+        """Run several suites; pytest suites that share a build, arguments and mode (whole
+        files or chosen tests) run in ONE pytest process: torch + executorch start-up
+        (5-8 s) is paid once. Returns (results, process seconds, whole files) per process."""
+        groups: dict[tuple, list[SuiteRun]] = {}
+        for run in runs:
+            if run.suite.kind in ("pytest", "selected"):
+                key = ("pytest", run.build.commit, run.suite.args, bool(run.node_ids), run.attempt, run.phase)
+            else:
+                key = ("single", id(run))
+            groups.setdefault(key, []).append(run)
+        done = []
+        for key, members in groups.items():
+            if len(members) == 1:
+                result = self.run(members[0])
+                done.append(([result], result.seconds, not members[0].node_ids))
+            else:
+                combined = self.run(_combine(members))
+                done.append((_split(combined, members), combined.seconds, not members[0].node_ids))
+        return done
+
+
+def _combine(runs: list[SuiteRun]) -> SuiteRun:
+    """One pytest run standing for several: files in suite order (fixed suites first, the
+    `selected` suite's budget-limited files last)."""
+    paths = tuple(p for r in runs for p in (r.paths or r.suite.paths))
+    node_ids = tuple(t for r in runs for t in r.node_ids)
+    budget = next((r for r in runs if r.budget_seconds is not None), None)
+    suite = Suite(name="+".join(r.suite.name for r in runs), kind="pytest", backends=(),
+                  paths=paths, args=runs[0].suite.args)
+    return replace(runs[0], suite=suite, paths=paths, node_ids=node_ids,
+                   budget_seconds=budget.budget_seconds if budget else None,
+                   budget_paths=budget.budget_paths if budget else ())
+
+
+def _split(combined: SuiteResult, runs: list[SuiteRun]) -> list[SuiteResult]:
+    """The combined run's results, back to their suites by test file."""
+    owner = {}
+    for run in runs:
+        for path in run.paths or run.suite.paths:
+            owner.setdefault(path, run.suite.name)
+        for test in run.node_ids:
+            owner.setdefault(test.split("::", 1)[0], run.suite.name)
+    results = []
+    for run in runs:
+        part = SuiteResult(suite=run.suite.name, target=combined.target, commit=combined.commit,
+                           status=combined.status, reason=combined.reason, command=combined.command,
+                           log_excerpt=combined.log_excerpt)
+        part.tests = [replace(t, suite=run.suite.name) for t in combined.tests
+                      if owner.get(t.test.split("::", 1)[0], runs[0].suite.name) == run.suite.name]
+        part.seconds = round(sum(t.seconds for t in part.tests), 2)
+        if combined.status == "ran":
+            part.reason = f"ran in one pytest process with {', '.join(r.suite.name for r in runs if r is not run)}"
+        results.append(part)
+    return results
 
 
 class QnnSimTarget(HostTarget):

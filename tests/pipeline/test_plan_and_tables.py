@@ -9,26 +9,18 @@ import pytest
 from tasks.pipeline.gitio import GitError
 from tasks.pipeline.plan import plan_change
 from tasks.pipeline.tables import DEFAULT_DIR, TableError, load_tables
+from tasks.sample_repo import SampleRepo
 
 
 @pytest.fixture(scope="module")
-def small_repo(tmp_path_factory, gitkit) -> Path:
+def small_repo(tmp_path_factory, gitkit) -> SampleRepo:
     repo = gitkit.init_repo(tmp_path_factory.mktemp("small") / "repo")
     for path in ("exir/backend/backend_api.py", "backends/qualcomm/qnn_preprocess.py",
                  "backends/xnnpack/partition/xnnpack_partitioner.py", "docs/source/intro.md",
                  "README.md", "CMakeLists.txt", "runtime/core/evalue.cpp", "examples/demo.py"):
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
         (repo / path).write_text(f"# {path}\n")
-    gitkit.commit_all(repo, "base")
-    return repo
-
-
-def head_with(gitkit, repo: Path, name: str, edit) -> str:
-    gitkit.git(repo, "checkout", "-q", "-B", name, "main")
-    edit(repo)
-    sha = gitkit.commit_all(repo, name)
-    gitkit.git(repo, "checkout", "-q", "main")
-    return sha
+    return SampleRepo(repo, gitkit.commit_all(repo, "base"))
 
 
 def write(path: str, text: str = "x = 1\n"):
@@ -55,7 +47,12 @@ CASES = [
     ("docs", write("docs/source/intro.md", "# new\n"), [], [], ["multi_method"], [], True),
     ("readme", write("README.md", "hi\n"), [], [], ["multi_method"], [], True),
     ("exir", write("exir/backend/backend_api.py"), ["portable", "qualcomm", "xnnpack"],
-     ["multi_method", "probes", "index_put", "qnn_delegate"], [], ["overlay"], False),
+     ["multi_method", "probes", "qnn_delegate"], ["index_put"], ["overlay"], False),
+    # index_put (~65 s) only for the mutable-buffer path: quantizers, passes, partitioners
+    ("quantizer", write("backends/xnnpack/quantizer/xnnpack_quantizer.py"), ["xnnpack"],
+     ["index_put", "multi_method", "probes"], ["qnn_delegate"], ["overlay"], False),
+    ("passes", write("exir/passes/insert_write_back_for_buffers_pass.py"), ["portable", "qualcomm", "xnnpack"],
+     ["index_put", "mutable_buffer"], [], ["overlay"], False),
     ("qnn", write("backends/qualcomm/qnn_preprocess.py"), ["qualcomm"],
      ["qnn_delegate", "multi_method"], ["index_put"], ["overlay"], False),
     ("xnnpack-rename", rename("backends/xnnpack/partition/xnnpack_partitioner.py",
@@ -74,13 +71,15 @@ CASES = [
 @pytest.mark.parametrize("name,edit,backends,has,lacks,recipes,docs_only", CASES, ids=[c[0] for c in CASES])
 def test_plan_maps_paths_to_backends_suites_and_recipes(small_repo, gitkit, name, edit, backends, has, lacks,
                                                         recipes, docs_only):
-    head = head_with(gitkit, small_repo, name, edit)
-    plan = plan_change(small_repo, "main", head, load_tables())
+    head = small_repo.branch(name, edit=edit)
+    plan = plan_change(small_repo.path, "main", head, load_tables())
     assert plan.backends == backends
     assert set(has) <= set(plan.suites) and not set(lacks) & set(plan.suites)
     assert plan.recipes == recipes
     assert plan.docs_only is docs_only
-    assert plan.merge_base == gitkit.git(small_repo, "rev-parse", "main").strip()
+    if "index_put" in lacks and {"portable", "xnnpack"} & set(backends):
+        assert any("index_put" in note for note in plan.notes), plan.notes  # says why it did not run
+    assert plan.merge_base == gitkit.git(small_repo.path, "rev-parse", "main").strip()
     if not plan.suites:
         assert plan.notes  # says why nothing runs
 
@@ -90,7 +89,7 @@ def test_plan_records_renames_deletions_and_binary_files(small_repo, gitkit):
         rename("backends/xnnpack/partition/xnnpack_partitioner.py", "backends/xnnpack/partition/p.py")(repo)
         delete("examples/demo.py")(repo)
         binary("exir/backend/blob.bin")(repo)
-    plan = plan_change(small_repo, "main", head_with(gitkit, small_repo, "mixed", edit), load_tables())
+    plan = plan_change(small_repo.path, "main", small_repo.branch("mixed", edit=edit), load_tables())
     by_path = {f.path: f for f in plan.changed_files}
     assert by_path["backends/xnnpack/partition/p.py"].status == "R"
     assert by_path["backends/xnnpack/partition/p.py"].old_path == "backends/xnnpack/partition/xnnpack_partitioner.py"
@@ -105,7 +104,7 @@ def test_plan_records_renames_deletions_and_binary_files(small_repo, gitkit):
 ])
 def test_bad_input_is_one_clear_error(small_repo, tmp_path, repo_arg, rev, expected):
     (tmp_path / "not-git").mkdir()
-    repo = {"missing": tmp_path / "missing", "not-git": tmp_path / "not-git", "repo": small_repo}[repo_arg]
+    repo = {"missing": tmp_path / "missing", "not-git": tmp_path / "not-git", "repo": small_repo.path}[repo_arg]
     with pytest.raises(GitError, match=expected):
         plan_change(repo, rev, "main", load_tables())
 

@@ -33,16 +33,25 @@ def test_selection_follows_imports_and_focus_words_within_budget(et_repo, data_d
     assert not any(s.path.startswith("backends/qualcomm/") for s in selected)
 
 
-def test_changed_regions_name_the_enclosing_function(gitkit, tmp_path):
+def test_changed_regions_name_the_enclosing_function_and_its_first_changed_line(gitkit, tmp_path):
     repo = gitkit.init_repo(tmp_path / "r")
-    src = "class Lowering:\n    def run(self):\n        return 1\n\n\ndef helper():\n    return 2\n"
+    src = ("import os\n\nLIMIT = 1\n\n\nclass Lowering:\n    def run(self):\n        a = 1\n"
+           "        return a\n\n\ndef helper():\n    return 2\n")
     (repo / "m.py").write_text(src)
+    (repo / "notes.txt").write_text("one\ntwo\nthree\n")
     gitkit.commit_all(repo, "base")
-    (repo / "m.py").write_text(src.replace("return 1", "return -1"))
+    # lines at head: 3 (module level), 9 (in Lowering.run), notes.txt line 2
+    (repo / "m.py").write_text(src.replace("LIMIT = 1", "LIMIT = 2").replace("return a", "return -a"))
+    (repo / "notes.txt").write_text("one\nTWO\nthree\n")
     head = gitkit.commit_all(repo, "head")
     base = gitkit.git(repo, "rev-parse", "HEAD~1").strip()
-    regions = suspects.changed_regions(repo, base, head, [ChangedFile("m.py", "M")])
-    assert [(r.path, r.symbol) for r in regions] == [("m.py", "Lowering.run")]
+    changes = [ChangedFile("m.py", "M"), ChangedFile("notes.txt", "M")]
+    regions = suspects.changed_regions(repo, base, head, changes)
+    assert sorted((r.path, r.symbol, r.line) for r in regions) == [
+        ("m.py", "<module>", 3), ("m.py", "Lowering.run", 9), ("notes.txt", "", 2)]
+    ranked = suspects.rank(regions, None, 'File "/x/executorch/m.py", line 9, in run', "other", load_tables())
+    assert (ranked[0].symbol, ranked[0].line) == ("Lowering.run", 9)
+    assert ranked[0].to_dict()["line"] == 9
 
 
 REGIONS = [suspects.ChangedRegion("exir/backend/backend_api.py", "_insert_lowered_submodule", 198, 260),
@@ -97,3 +106,26 @@ def test_cli_docs_only_change_json(et_repo, tmp_path):
     assert report["plan"]["changed_files"][0]["path"] == "docs/cli.md"
     assert report["plan"]["suites"] == [] and report["summary"]["new"] == 0
     assert "etriage triage: plan:" in proc.stderr  # progress on stderr
+
+
+def test_selection_uses_learned_durations_and_says_what_it_left_out(et_repo, data_dir, tmp_path):
+    from tasks.pipeline import durations
+    from tasks.records import SuiteResult, TestResult
+
+    graph = select.import_graph(et_repo.path, et_repo.base, data_dir)
+    change = [ChangedFile("exir/passes/insert_write_back_for_buffers_pass.py", "M")]
+    tables = load_tables()
+    first, _ = select.select_tests(graph, change, tables, set(), durations.load(tmp_path))
+    heavy = first[0].path
+    assert "table estimate" in first[0].reason
+    # a run where that file's tests took 500 s: next time it no longer fits the 60 s budget
+    slow = SuiteResult("selected", "host", "x", "ran", tests=[
+        TestResult("selected", f"{heavy}::test_{i}", "host", "passed", seconds=100.0) for i in range(5)])
+    durations.record(tmp_path, [slow], whole_files=True, process_seconds=510.0)
+    learned = durations.load(tmp_path)
+    assert learned["files"][heavy] == {"seconds": 500.0, "tests": 5} and learned["startup_seconds"] == 10.0
+    selected, left_out = select.select_tests(graph, change, tables, set(), learned)
+    assert heavy not in [s.path for s in selected]
+    [why] = [s.reason for s in left_out if s.path == heavy]
+    assert "learned from earlier runs" in why and "over the time budget" in why
+    assert sum(s.estimated_seconds for s in selected) <= tables.selection.budget_seconds

@@ -73,7 +73,14 @@ def test_dropped_buffer_write_back_is_a_mutable_buffer_failure(et_repo, data_dir
     mutable = [r for r in new if r["category"] == "mutable_buffer"]
     assert any(patched in [s["path"] for s in r["suspects"][:3]] for r in mutable)
     assert_env_failure_never_new(data)
-    assert data["base_cached"] is True  # the routing test ran these suites at the same merge base
+    base_runs = {b["suite"]: b for b in data["base_runs"]}
+    # multi_method only fails on the environment here: nothing of it runs at the merge base
+    assert base_runs["multi_method"]["ran"] == [] and base_runs["multi_method"]["source"] in ("cache", "not_needed")
+    # probes: only the probes that failed at head ran at the merge base
+    failed_probes = {r["test"] for r in data["results"] if r["suite"] == "probes" and r["verdict"] != "environment"}
+    assert set(base_runs["probes"]["ran"]) == failed_probes
+    assert not base_runs["probes"]["complete"]
+    assert all(r["verdict"] != "fixed" for r in data["results"])
 
 
 def test_harmless_rename_reports_nothing_new(et_repo, data_dir):
@@ -89,27 +96,52 @@ def test_harmless_rename_reports_nothing_new(et_repo, data_dir):
     assert_env_failure_never_new(data)
 
 
-def test_flaky_test_is_retried_and_called_flaky(et_repo, data_dir):
-    flaky_test = (
-        "from pathlib import Path\n\n"
-        "def test_passes_on_second_run():\n"
-        "    marker = Path(__file__).with_suffix('.ran')\n"
-        "    first = not marker.exists()\n"
-        "    marker.touch()\n"
-        "    assert not first, 'first run fails (a stand-in for a timing-dependent test)'\n"
-    )
+FLAKY_TEST = (
+    "from pathlib import Path\n\n"
+    "def test_passes_on_second_run():\n"
+    "    marker = Path(__file__).with_suffix('.ran')\n"
+    "    first = not marker.exists()\n"
+    "    marker.touch()\n"
+    "    assert not first, 'first run fails (a stand-in for a timing-dependent test)'\n"
+)
 
+
+@pytest.fixture(scope="module")
+def flaky_triage(et_repo, tmp_path_factory):
+    """A change adding a test that fails once, triaged with the `selected` suite only, with
+    its own data dir: no merge-base outcome is known from an earlier test's cache."""
+    data_dir = tmp_path_factory.mktemp("etriage-data-flaky")
     def add_test(repo: Path):
-        (repo / "exir/backend/test/test_flaky_once.py").write_text(flaky_test)
+        (repo / "exir/backend/test/test_flaky_once.py").write_text(FLAKY_TEST)
 
     head = et_repo.branch("flaky", edit=add_test)
-    data, _, _ = run_triage(et_repo, data_dir, head, ["selected"])
+    data, report, messages = run_triage(et_repo, data_dir, head, ["selected"])
+    return data, report
 
+
+def test_flaky_test_is_retried_and_called_flaky(flaky_triage):
+    data, _ = flaky_triage
     selected = {s["path"]: s["reason"] for s in data["plan"]["selected"]}
     assert "changed by this change" in selected["exir/backend/test/test_flaky_once.py"]
     verdicts = {r["test"]: r["verdict"] for r in data["results"]}
     assert verdicts["exir/backend/test/test_flaky_once.py::test_passes_on_second_run"] == "flaky"
     assert "new" not in verdicts.values(), verdicts  # other selected files fail at base too
+
+
+def test_selected_suite_runs_only_heads_failures_at_the_merge_base(flaky_triage):
+    data, report = flaky_triage
+    [base_run] = [b for b in data["base_runs"] if b["suite"] == "selected"]
+    head_failed = {r["test"] for r in data["results"] if r["suite"] == "selected" and r["verdict"] != "environment"}
+    # the new test file does not exist at the merge base: nothing of it can run there
+    expected = {t for t in head_failed if not t.startswith("exir/backend/test/test_flaky_once.py")}
+    assert expected, "some selected test should fail at head and at the merge base"
+    assert set(base_run["ran"]) == expected
+    [head_suite] = [s for s in data["suites"] if s["suite"] == "selected"]
+    assert head_suite["tests"] > len(base_run["ran"])  # the passing ones did not run at base
+    assert base_run["complete"] is False
+    assert all(r["verdict"] == "pre_existing" for r in data["results"] if r["test"] in expected)
+    assert any("`fixed` is only computed" in n for n in data["plan"]["notes"])
+    assert "partial (no `fixed`)" in to_markdown(report)
 
 
 @pytest.mark.slow
