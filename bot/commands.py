@@ -88,7 +88,7 @@ def handle_comment(ctx: CommandContext, *, repo: str, pr: int, comment_id: int, 
         ctx.github.react(repo, comment_id, "eyes")
     reply = _reply(author, outcomes)
     if reply:
-        ctx.github.reply(repo, pr, reply)
+        ctx.github.reply(repo, pr, reply, in_reply_to=comment_id)
     return outcomes
 
 

@@ -1,28 +1,33 @@
-"""`etriage demo`: the whole service on this machine, against a local GitHub double.
+"""`etriage demo`: the whole service on this machine catching a real regression.
 
-It starts `etriage serve --github-double` in-process (embedded Redis, SQLite, a real Celery
-worker), makes a small git checkout for the payload's repository (Codertocat/Hello-World, PR #2),
-replays GitHub's real `pull_request/opened` payload signed like GitHub does, then a failed
-`workflow_run` whose job log is a real CI log, waits for the bot's work, prints the PR comment
-and the check run, and shuts everything down.
+It builds a throwaway ExecuTorch git repository from the installed package (base = the
+package as installed, PR head = the base with a real regression patch: multi-method lowering
+gives every method the first method's partitioner), starts `etriage serve --github-double`
+in-process (embedded Redis, SQLite, a real Celery worker whose logs go to a file in the data
+directory), replays GitHub's real `pull_request/opened` payload signed like GitHub does, follows
+the check run's progress, then replays failed `workflow_run`s of the base and the head whose job
+log is a real CI log, and prints the PR comment, the check run (with annotations) and labels.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import re
-import subprocess
+import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from bot.github_double import default_fixtures_dir
 
 REPO, PR = "Codertocat/Hello-World", 2
 DEMO_LOG = "pytest_failure.txt"
+REGRESSION = "multi_method_first_partitioner_for_all.patch"  # in tasks/probes/regressions/
+SUITES = "probes"  # the multi-method and mutable-buffer probes: about a minute on a laptop
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--timeout", type=float, default=180, help="seconds to wait for the bot")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for the bot")
     parser.add_argument("--keep", type=Path, help="use (and keep) this directory for the run")
 
 
@@ -30,26 +35,15 @@ def fixtures_root() -> Path:
     return default_fixtures_dir().parent.parent  # shared/fixtures
 
 
-def make_checkout(path: Path) -> tuple[str, str]:
-    """A two-commit repository: base, and a head that edits the docs (fast to triage)."""
-    def git(*args):
-        return subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True,
-                              text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(path),
-                                              "GIT_AUTHOR_NAME": "demo", "GIT_COMMITTER_NAME": "demo",
-                                              "GIT_AUTHOR_EMAIL": "demo@example.com",
-                                              "GIT_COMMITTER_EMAIL": "demo@example.com"}).stdout.strip()
+def regression_patch(name: str = REGRESSION) -> Path:
+    """A real regression patch shipped with the package (tasks/probes/regressions/)."""
+    import tasks.probes
 
-    path.mkdir(parents=True)
-    git("init", "-q", "-b", "master")
-    (path / "docs").mkdir()
-    (path / "README.md").write_text("Hello World\n")
-    (path / "docs" / "usage.md").write_text("# Usage\n")
-    git("add", "-A")
-    git("commit", "-q", "-m", "base")
-    base = git("rev-parse", "HEAD")
-    (path / "docs" / "usage.md").write_text("# Usage\n\nRun `etriage demo`.\n")
-    git("commit", "-q", "-am", "docs: usage")
-    return base, git("rev-parse", "HEAD")
+    return Path(tasks.probes.__file__).resolve().parent / "regressions" / name
+
+
+def say(message: str) -> None:
+    print(f"etriage demo: {message}", flush=True)
 
 
 def log_text(name: str) -> str:
@@ -68,6 +62,7 @@ def pull_request_payload(base: str, head: str) -> bytes:
 
 
 def workflow_run_payload(head: str, run_id: int) -> bytes:
+    """GitHub's example `workflow_run` delivery, for this repository's commit `head`."""
     path = fixtures_root() / "github" / "webhooks" / "workflow_run" / "completed.with-pull-requests.json"
     payload = json.loads(path.read_text())
     run = payload["workflow_run"]
@@ -78,53 +73,133 @@ def workflow_run_payload(head: str, run_id: int) -> bytes:
 
 
 def run(args) -> int:
+    if not default_fixtures_dir().is_dir():
+        say(f"GitHub fixtures not found at {default_fixtures_dir()}")
+        return 2
+    started = time.monotonic()
+    root = (args.keep or Path(tempfile.mkdtemp(prefix="etriage-demo-"))).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    log_file = root / "etriage.log"
+    try:
+        return _demo(args, root, log_file, started)
+    except TimeoutError as error:
+        say(f"gave up: {error}; the worker's log is {log_file}")
+        return 1
+    finally:
+        if args.keep is None:  # keep only the log of the run
+            for part in ("executorch", "data"):
+                shutil.rmtree(root / part, ignore_errors=True)
+
+
+def _demo(args, root: Path, log_file: Path, started: float) -> int:
     from bot.replay import send
     from bot.serve import Service
-    from bot.store import Store
+    from tasks.sample_repo import SampleRepoError, build_sample_repo
 
-    if not default_fixtures_dir().is_dir():
-        print(f"etriage demo: GitHub fixtures not found at {default_fixtures_dir()}")
+    say("building a throwaway ExecuTorch repository from the installed package ...")
+    try:
+        sample = build_sample_repo(root / "executorch")
+        head = sample.branch("multi-method-regression", patch=regression_patch())
+    except SampleRepoError as error:
+        say(f"cannot build the sample repository: {error}")
         return 2
-    with tempfile.TemporaryDirectory(prefix="etriage-demo-") as scratch:
-        root = args.keep or Path(scratch)
-        checkout = root / "Hello-World"
-        base, head = make_checkout(checkout)
-        environ = {"PATH": "/usr/bin:/bin", "HOME": str(root),
-                   "ETRIAGE_REPO_PATHS": f"{REPO}={checkout}", "ETRIAGE_GITHUB_WRITE_INTERVAL": "0"}
-        serve_args = argparse.Namespace(port=0, host="127.0.0.1", data_dir=root / "data",
-                                        concurrency=2, github_double=True)
-        print("etriage demo: starting web + worker + embedded Redis + GitHub double ...", flush=True)
-        with Service(serve_args, environ) as service:
-            double, secret = service.double, service.settings.webhook_secrets[0]
-            double.add_pull(REPO, PR, head, base, files=[("docs/usage.md", "modified")])
-            double.add_workflow_run(REPO, 30433642, head, [
-                {"id": 399444496, "name": "unittest / linux", "conclusion": "failure",
-                 "log": log_text(DEMO_LOG)}])
-            url = service.url + "/webhook"
-            answer = send(url, secret, "pull_request", pull_request_payload(base, head))
-            print(f"etriage demo: replayed pull_request.opened -> {answer.status_code} {answer.text.strip()}")
-            double.wait_for(lambda: [r for r in double.check_runs_for(REPO, head)
-                                     if r["status"] == "completed"], args.timeout,
-                            "the check run to complete")
-            answer = send(url, secret, "workflow_run", workflow_run_payload(head, 30433642))
-            print(f"etriage demo: replayed workflow_run.completed (failure) -> {answer.status_code}")
-            store = Store.from_settings(service.settings)
-            double.wait_for(lambda: any(r["kind"] == "ci" and r["status"] == "completed"
-                                        for r in store.runs_for(REPO, PR)), args.timeout,
-                            "the CI triage to be published")
-            store.close()
-            print(render(double, head))
+    base = sample.base
+    say(f"  {sample.path}: base {base[:12]} (executorch as installed), "
+        f"PR head {head[:12]} (+ {REGRESSION})")
+    environ = {"PATH": "/usr/bin:/bin", "HOME": str(root),
+               "ETRIAGE_REPO_PATHS": f"{REPO}={sample.path}", "ETRIAGE_SUITES": SUITES,
+               "ETRIAGE_GITHUB_WRITE_INTERVAL": "0"}
+    serve_args = argparse.Namespace(port=0, host="127.0.0.1", data_dir=root / "data",
+                                    concurrency=2, github_double=True, log_file=log_file)
+    say("starting web + Celery worker + embedded Redis + GitHub double ...")
+    say(f"  worker and web logs: {log_file}")
+    with Service(serve_args, environ) as service:
+        double, secret = service.double, service.settings.webhook_secrets[0]
+        double.add_pull(REPO, PR, head, base, files=[("exir/backend/backend_api.py", "modified")])
+        url = service.url + "/webhook"
+        answer = send(url, secret, "pull_request", pull_request_payload(base, head))
+        say(f"replayed pull_request.opened for {REPO}#{PR} (GitHub's example payload, mapped "
+            f"to the sample repository) -> {answer.status_code} {answer.json().get('status')}")
+        follow_check_run(double, head, args.timeout)
+        wait_published(service, args.timeout)
+        ci_demo(service, base, head, args.timeout)
+        print(render(double, head), flush=True)
+    say(f"done in {time.monotonic() - started:.0f}s; the worker's log: {log_file}")
     return 0
 
 
+def follow_check_run(double, head: str, timeout: float) -> dict:
+    """Print the check run's progress as the worker reports it, until it completes."""
+    seen, deadline = None, time.monotonic() + timeout
+
+    def change():
+        runs = double.check_runs_for(REPO, head)
+        if not runs:
+            return None
+        run = runs[-1]
+        state = (run["status"], (run.get("output") or {}).get("summary", ""))
+        return (state, run) if state != seen else None
+
+    while True:
+        seen, run = double.wait_for(change, max(deadline - time.monotonic(), 0.1),
+                                    "the check run to complete")
+        status, summary = seen
+        if status == "completed":
+            say(f"  check run completed: {run['conclusion']}")
+            return run
+        say(f"  check run {status}: {summary.splitlines()[0] if summary else ''}")
+
+
+def wait_published(service, timeout: float) -> None:
+    """Until the worker has written all it had to (comment, check run, labels)."""
+    from bot.store import Store
+
+    store = Store.from_settings(service.settings)
+    try:
+        service.double.wait_for(lambda: not store.pending_reports(), timeout, "the publish")
+    finally:
+        store.close()
+
+
+def ci_demo(service, base: str, head: str, timeout: float) -> None:
+    """Failed CI of the base, then the same failure on the PR head: pre-existing, not blamed."""
+    from bot.replay import send
+    from bot.store import Store
+
+    double, secret, url = service.double, service.settings.webhook_secrets[0], service.url + "/webhook"
+    jobs = lambda job_id: [{"id": job_id, "name": "unittest / linux", "conclusion": "failure",
+                            "log": log_text(DEMO_LOG)}]
+    double.add_workflow_run(REPO, 30433641, base, jobs(399444495))
+    double.add_workflow_run(REPO, 30433642, head, jobs(399444496))
+    store = Store.from_settings(service.settings)
+    try:
+        send(url, secret, "workflow_run", workflow_run_payload(base, 30433641))
+        say("replayed workflow_run.completed (failure) of the base commit ...")
+        double.wait_for(lambda: store.failures_for(REPO, base), timeout, "the base's CI failures")
+        answer = send(url, secret, "workflow_run", workflow_run_payload(head, 30433642))
+        say(f"replayed workflow_run.completed (failure) of the PR head -> {answer.status_code}")
+        double.wait_for(lambda: any(r["kind"] == "ci" and r["status"] == "completed"
+                                    for r in store.runs_for(REPO, PR)), timeout,
+                        "the CI triage to be published")
+    finally:
+        store.close()
+    wait_published(service, timeout)
+
+
 def render(double, head: str) -> str:
-    comments = double.comments_on(REPO, PR)
-    runs = double.check_runs_for(REPO, head)
-    out = [f"\n===== PR comment on {REPO}#{PR} by {comments[0]['user']} =====",
-           re.sub(r"\n{3,}", "\n\n", comments[0]["body"]).strip()]
-    for check in runs:
+    comments = [c for c in double.comments_on(REPO, PR) if c["user"] == double.bot_login]
+    out = []
+    for comment in comments:
+        out += [f"\n===== PR comment on {REPO}#{PR} by {comment['user']} =====",
+                re.sub(r"\n{3,}", "\n\n", comment["body"]).strip()]
+    for check in double.check_runs_for(REPO, head):
+        output = check.get("output") or {}
         out += [f"\n===== check run `{check['name']}`: {check['status']} / {check['conclusion']} =====",
-                (check.get("output") or {}).get("title", ""),
-                (check.get("output") or {}).get("summary", "")]
+                f"title: {output.get('title', '')}", output.get("summary", "")]
+        if output.get("text"):
+            out.append(output["text"])
+        for note in check.get("annotations", []):
+            out.append(f"annotation {note['annotation_level']} {note['path']}:{note['start_line']}: "
+                       f"{note.get('title', '')}: {note['message'].splitlines()[0]}")
     out.append(f"\nlabels: {', '.join(double.labels_on(REPO, PR)) or '(none)'}")
     return "\n".join(out)

@@ -14,6 +14,7 @@ changed, under a per-PR lock so two tasks never both create it. Tokens never rea
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import re
 import threading
@@ -229,9 +230,26 @@ class GitHubClient:
             "POST", f"/repos/{repo}/issues/comments/{comment_id}/reactions",
             input={"content": content}))
 
-    def reply(self, repo: str, pr: int, body: str) -> int:
-        return self._retrying(f"reply on {repo}#{pr}", lambda: self._repo(repo).get_issue(pr)
-                              .create_comment(body).id)
+    def reply(self, repo: str, pr: int, body: str, *, in_reply_to: int | None = None) -> int:
+        """Post a reply; with `in_reply_to` (the comment being answered) it is posted once:
+        a hidden marker names that comment and the reply's text, and every attempt (a retry
+        after a 502 that GitHub had applied, a redelivered task) first looks for it."""
+        if in_reply_to is None:
+            return self._retrying(f"reply on {repo}#{pr}", lambda: self._repo(repo).get_issue(pr)
+                                  .create_comment(body).id)
+        digest = hashlib.sha256(body.encode()).hexdigest()[:12]
+        marker = f"<!-- etriage:reply-to {int(in_reply_to)} {digest} -->"
+        text = f"{body}\n\n{marker}"  # at the end: the reply reads as written
+
+        def op():
+            issue = self._repo(repo).get_issue(pr)
+            for comment in issue.get_comments():
+                if comment.user.login == self.bot_login and marker in (comment.body or ""):
+                    return comment.id
+            return issue.create_comment(text).id
+
+        with self._lock(f"reply:{repo}#{pr}:{in_reply_to}"):
+            return self._retrying(f"reply on {repo}#{pr}", op)
 
     def labels(self, repo: str, pr: int) -> list[str]:
         return self._retrying(f"labels of {repo}#{pr}", lambda: [

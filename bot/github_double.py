@@ -5,8 +5,10 @@ adjusted to the request: ids, bodies, urls pointing back at this server). State 
 repository: pull requests, issue comments, reactions, labels, check runs, workflow runs/jobs and
 their logs, file contents, user permissions. Every request is recorded (method, path, query,
 headers without Authorization, JSON body). Faults are programmable per route: the next N answers
-can be a status with headers (502, 403 + X-RateLimit-Remaining: 0, 429 + Retry-After), and a
+can be a status with headers (502, 403 + X-RateLimit-Remaining: 0, 429 + Retry-After), either
+instead of the work or after it (`applied=True`: GitHub did it but the answer was lost), and a
 route can be held (the request blocks until the test releases it) to freeze a worker mid-task.
+Installation tokens it issues live `token_lifetime` seconds; an expired one is refused (401).
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ class Recorded:
     headers: dict
     body: object
     status: int = 0
+    token: str | None = None  # the installation token used, when this double issued it
 
 
 @dataclass
@@ -50,6 +53,7 @@ class Fault:
     headers: dict
     message: str
     times: int
+    applied: bool = False  # the request takes effect, only the answer is the fault
 
 
 @dataclass
@@ -95,6 +99,8 @@ class GitHubDouble:
         self.jobs: dict[tuple[str, int], dict] = {}
         self.logs: dict[int, str] = {}
         self.tokens_issued = 0
+        self.token_lifetime = 3600.0  # seconds; GitHub's installation tokens live an hour
+        self.token_expiry: dict[str, float] = {}  # issued token -> epoch seconds
         self._faults: list[tuple[str, re.Pattern, Fault]] = []
         self._holds: list[tuple[str, re.Pattern, Hold]] = []
         self._next_id = 1000
@@ -177,11 +183,12 @@ class GitHubDouble:
                 self.logs[job["id"]] = job.get("log", "")
 
     def fail(self, method: str, route: str, status: int, *, times: int = 1,
-             headers: dict | None = None, message: str = "") -> None:
-        """The next `times` requests matching METHOD + route regex (on the path) get `status`."""
+             headers: dict | None = None, message: str = "", applied: bool = False) -> None:
+        """The next `times` requests matching METHOD + route regex (on the path) get `status`;
+        with `applied` the request is carried out first (a lost answer, not a refusal)."""
         with self.lock:
             self._faults.append((method.upper(), re.compile(route),
-                                 Fault(status, dict(headers or {}), message, times)))
+                                 Fault(status, dict(headers or {}), message, times, applied)))
 
     def fail_rate_limited(self, method: str, route: str, *, reset_in: float = 1.0,
                           times: int = 1) -> None:
@@ -311,7 +318,9 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = raw.decode(errors="replace")
         headers = {k: v for k, v in self.headers.items() if k.lower() != "authorization"}
-        record = Recorded(method, path, query, headers, body)
+        token = (self.headers.get("Authorization") or "").removeprefix("token ").strip()
+        record = Recorded(method, path, query, headers, body,
+                          token=token if token in double.token_expiry else None)
         with double.lock:
             double.requests.append(record)
         hold = double._take_hold(method, path)
@@ -319,10 +328,14 @@ class _Handler(BaseHTTPRequestHandler):
             hold.reached.set()
             hold.released.wait(timeout=120)
         fault = double._take_fault(method, path)
+        if fault is not None and fault.applied:
+            _route(double, method, path, query, body)
         if fault is not None:
             status, payload, extra = fault.status, {"message": fault.message or "fault"}, fault.headers
         elif self.headers.get("Authorization") is None and not path.startswith("/_logs/"):
             status, payload, extra = 401, {"message": "Requires authentication"}, {}
+        elif record.token and double.token_expiry[record.token] <= time.time():
+            status, payload, extra = 401, {"message": "Bad credentials"}, {}
         else:
             status, payload, extra = _route(double, method, path, query, body)
         record.status = status
@@ -397,8 +410,12 @@ def _pull_or_404(d, repo, number):
 @route("POST", r"/app/installations/(?P<installation>\d+)/access_tokens")
 def create_token(d, installation, query, body):
     d.tokens_issued += 1
+    token = f"ghs_double{installation}x{d.tokens_issued:04d}"
+    # GitHub states expiry to the second; the token is refused from that second on.
+    expires = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=d.token_lifetime)
+    d.token_expiry[token] = expires.timestamp()
     data = d.fixture("apps-create-installation-access-token.json")
-    data.update(token=f"ghs_double{installation}x{d.tokens_issued:04d}", expires_at=_now_iso(3600))
+    data.update(token=token, expires_at=expires.strftime("%Y-%m-%dT%H:%M:%SZ"))
     return 201, data, {}
 
 

@@ -33,6 +33,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--concurrency", type=int, default=2, help="worker processes")
     parser.add_argument("--github-double", action="store_true",
                         help="serve a local GitHub API double and point the bot at it")
+    parser.add_argument("--log-file", type=Path,
+                        help="write the worker's, Celery's and the web server's logs here "
+                             "instead of the console")
 
 
 def run(args) -> int:
@@ -40,7 +43,10 @@ def run(args) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     install_redaction()
-    with Service(args) as service:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # the CLI's, not Service's: `etriage demo`
+        signal.signal(sig, lambda *_: stop.set())  # keeps Ctrl-C as KeyboardInterrupt
+    with Service(args, stop_event=stop) as service:
         print(service.banner(), flush=True)
         service.wait()
     print("etriage serve: stopped", flush=True)
@@ -50,11 +56,11 @@ def run(args) -> int:
 class Service:
     """The running pieces; `with Service(args)` starts them and always stops them."""
 
-    def __init__(self, args, environ=None):
+    def __init__(self, args, environ=None, stop_event: threading.Event | None = None):
         self.args = args
         self.environ = environ
         self.stack = ExitStack()
-        self.stop_event = threading.Event()
+        self.stop_event = stop_event or threading.Event()
         self.double = None
 
     def __enter__(self) -> "Service":
@@ -107,14 +113,16 @@ class Service:
             raise SystemExit(f"etriage serve: configuration error: {error}") from None
         self.settings, self.options = settings, options
         configure(settings, options)  # tasks.dispatch in the web threads uses these settings
-        self.worker = start_worker(settings, options, concurrency=self.args.concurrency)
+        self.log_file = getattr(self.args, "log_file", None)
+        if self.log_file:
+            self.stack.callback(_log_to_file(self.log_file))
+        self.worker = start_worker(settings, options, concurrency=self.args.concurrency,
+                                   log_file=self.log_file)
         self.stack.callback(stop_worker, self.worker)
         self.server = start_web(settings, self.args.host, self.args.port)
         self.stack.callback(self.server.shutdown)
         self.url = f"http://{self.args.host}:{self.server.server_port}"
         (data_dir / URL_FILE).write_text(self.url + "/webhook")
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: self.stop_event.set())
 
     def banner(self) -> str:
         lines = [f"etriage serve: webhook at {self.url}/webhook",
@@ -123,6 +131,8 @@ class Service:
                  f"  GitHub API: {self.settings.github_api_url}"
                  + (" (local double)" if self.double else ""),
                  f"  data dir: {self.settings.data_dir}"]
+        if self.log_file:
+            lines.append(f"  logs: {self.log_file}")
         if self.generated_secret:
             lines.append(f"  webhook secret (generated, also in {self.settings.data_dir / SECRET_FILE}):"
                          f" {self.settings.webhook_secrets[0]}")
@@ -146,12 +156,38 @@ def start_web(settings, host: str, port: int):
     return server
 
 
-def _worker_main(settings, options, queues: str, concurrency: int) -> None:
+def _log_to_file(path: Path):
+    """Send this process's logging (the web server's request lines included) to `path`;
+    returns the undo."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+    loggers = [logging.getLogger(), logging.getLogger("werkzeug")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    logging.getLogger("werkzeug").propagate = False
+    logging.getLogger().setLevel(logging.INFO)
+
+    def undo() -> None:
+        for logger in loggers:
+            logger.removeHandler(handler)
+        logging.getLogger("werkzeug").propagate = True
+        handler.close()
+    return undo
+
+
+def _worker_main(settings, options, queues: str, concurrency: int,
+                 log_file: Path | None = None) -> None:
     """The worker process: its own session (so stop_worker can signal the whole group), tied
-    to its parent's life, configured with the settings object rather than the environment."""
+    to its parent's life, configured with the settings object rather than the environment.
+    With `log_file`, its stdout and stderr (Celery's banner and logs, warnings) go there."""
     import ctypes
 
     os.setsid()
+    if log_file:
+        fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
     if sys.platform.startswith("linux"):
         ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     from tasks.celery_app import configure
@@ -163,9 +199,10 @@ def _worker_main(settings, options, queues: str, concurrency: int) -> None:
 
 
 def start_worker(settings, options, *, concurrency: int = 2,
-                 queues: str = "triage,build,emulator,device"):
+                 queues: str = "triage,build,emulator,device", log_file: Path | None = None):
     process = multiprocessing.get_context("fork").Process(
-        target=_worker_main, args=(settings, options, queues, concurrency), name="etriage-worker")
+        target=_worker_main, args=(settings, options, queues, concurrency, log_file),
+        name="etriage-worker")
     process.start()
     return process
 

@@ -21,12 +21,15 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 QUEUES = ("triage", "build", "emulator", "device")
+# Passed to the pipeline (and nothing else from the worker's environment): the tools need them.
+TOOL_VARIABLES = ("QNN_SDK_ROOT", "ANDROID_NDK_ROOT", "ANDROID_SERIAL")
 TARGET_QUEUES = {"host": "build", "qnn-sim": "emulator", "android": "device", "ssh": "device"}
 
 
 @dataclass(frozen=True)
 class WorkerOptions:
-    """Worker-side knobs that are not part of the web's Settings (ETRIAGE_* variables)."""
+    """Worker-side knobs that are not part of the web's Settings (ETRIAGE_* variables), read
+    once at start by `from_env`. docs/CONFIGURATION.md lists every variable."""
 
     visibility_timeout: int = 3600  # must exceed the longest task (else it runs twice)
     soft_time_limit: int = 2700
@@ -37,6 +40,7 @@ class WorkerOptions:
     targets: tuple[str, ...] = ("host",)
     pending_report_interval: float = 300.0  # beat: retry reports GitHub did not take
     run_expiry_hours: float = 6.0  # beat: runs in progress longer than this are expired
+    tool_env: tuple[tuple[str, str], ...] = ()  # TOOL_VARIABLES that are set, for the pipeline
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> "WorkerOptions":
@@ -68,6 +72,7 @@ class WorkerOptions:
             pending_report_interval=number("ETRIAGE_PENDING_REPORT_INTERVAL",
                                            cls.pending_report_interval, float),
             run_expiry_hours=number("ETRIAGE_RUN_EXPIRY_HOURS", cls.run_expiry_hours, float),
+            tool_env=tuple((k, environ[k]) for k in TOOL_VARIABLES if environ.get(k, "").strip()),
         )
 
 

@@ -61,8 +61,8 @@ def triage_pr(ctx, repo, pr, head_sha, base_ref, installation_id, *, reason, tar
     """Entry: is this still the head? Then a queued check run, and the suites on their queue."""
     force = not reason.startswith("pull_request.")  # rerun, run, ok-to-test: run again
     service.queue_pull_request(ctx, repo, pr, head_sha, installation_id, reason=reason, fresh=force)
-    targets = list(targets or ctx.options.targets)
-    queue = TARGET_QUEUES.get(targets[0], "build")
+    # None (automatic) stays None: the run chooses its targets (devices need approval).
+    queue = TARGET_QUEUES.get((list(targets or ctx.options.targets) or ["host"])[0], "build")
     run_suites.apply_async(args=[repo, pr, head_sha, installation_id],
                            kwargs={"reason": reason, "targets": targets, "suites": suites,
                                    "force": force}, queue=queue)

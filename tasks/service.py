@@ -8,7 +8,6 @@ writing to GitHub, and every write is keyed, so a redelivered or superseded task
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -19,12 +18,13 @@ import redis
 from bot.github_client import (Annotation, GitHubClient, GitHubConfig, GitHubError,
                                redis_lock)
 from bot.store import Store
-from tasks.summary import (CiFailure, PublishPayload, compose_comment, labels_to_change,
-                           render_ci_section)
+from tasks.policy import add_config_check, choose_targets, config_change_check
+from tasks.summary import (SECTION_TITLES, CiFailure, PublishPayload, ci_counts, compose_comment,
+                           labels_to_change, nest_markdown, render_ci_section)
 
 log = logging.getLogger(__name__)
 FAILED = {"failure", "timed_out", "cancelled", "startup_failure"}
-TOOL_VARIABLES = ("QNN_SDK_ROOT", "ANDROID_NDK_ROOT", "ANDROID_SERIAL")  # read at run time
+COUNTED = ("new", "pre_existing", "flaky", "environment", "fixed")  # verdicts in the headline
 
 
 class Superseded(Exception):
@@ -62,6 +62,16 @@ class WorkerContext:
             self._configs = RepoConfigCache()
         return self._configs.get(repo, lambda: gh.read_file(repo, PATH))
 
+    def repo_config_or_defaults(self, gh: GitHubClient, repo: str):
+        """The config in force; a broken file means the defaults (devices off), logged."""
+        from bot.repo_config import RepoConfig, RepoConfigError
+
+        try:
+            return self.repo_config(gh, repo)
+        except RepoConfigError as error:
+            log.warning("%s: using the default config: %s", repo, error)
+            return RepoConfig.defaults()
+
     # The latest head sha per PR: written by the webhook's dispatch and by tasks that saw GitHub.
     def latest_head(self, repo: str, pr: int) -> str | None:
         value = self.redis.get(head_key(repo, pr))
@@ -88,11 +98,13 @@ def publish(ctx: WorkerContext, repo: str, pr: int, installation_id: int | None,
     gh = ctx.github(installation_id)
     run_id = ctx.store.start_run(repo, pr, payload.head_sha, payload.kind)
     ctx.store.update_run(run_id, summary=payload.section,
-                         report={"blame_categories": payload.blame_categories})
+                         report={"blame_categories": payload.blame_categories,
+                                 "counts": payload.counts})
 
     def body() -> str:  # composed under the PR lock: the other kind's latest section is in
         runs = [r for r in ctx.store.runs_for(repo, pr) if r["head_sha"] == payload.head_sha]
-        return compose_comment(payload.head_sha, {r["kind"]: r["summary"] for r in runs})
+        return compose_comment(payload.head_sha, {r["kind"]: r["summary"] for r in runs},
+                               {r["kind"]: (r["report"] or {}).get("counts", {}) for r in runs})
 
     comment_id, _changed = gh.upsert_summary(repo, pr, body)
     ctx.store.update_run(run_id, comment_id=comment_id)
@@ -196,17 +208,19 @@ def triage_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
                             summary=detail or stage)
 
     progress("Planning", f"Reading the change {pull['base_sha'][:12]}..{head_sha[:12]}.")
+    targets, notes = choose_targets(ctx, gh, repo, pr, pull, targets)
     checkout = ctx.settings.repo_checkouts.get(repo)
     problem = _checkout_problem(repo, checkout, [head_sha, pull["base_sha"]])
     if problem:
-        payload = environment_payload(head_sha, problem)
+        payload = environment_payload(head_sha, problem, notes)
     else:
         report = run_pipeline(ctx, Path(checkout), pull["base_sha"], head_sha,
                               suites=suites or list(ctx.options.suites) or None,
-                              targets=targets or list(ctx.options.targets), progress=progress)
+                              targets=targets or None, progress=progress)
         ctx.checkpoint(repo, pr, head_sha)
         ctx.store.record_results(repo, head_sha, result_rows(report))
-        payload = report_payload(head_sha, report)
+        payload = report_payload(head_sha, report, notes)
+    add_config_check(payload, config_change_check(gh, repo, pr, head_sha))
     publish(ctx, repo, pr, installation_id, payload)
     return payload.check_conclusion or "published"
 
@@ -224,24 +238,23 @@ def _checkout_problem(repo: str, checkout, shas: list[str]) -> str | None:
     return None
 
 
-def environment_payload(head_sha: str, problem: str) -> PublishPayload:
-    section = (f"### Rebuild and tests\n🛠️ **Environment problem — not caused by this change.**\n"
-               f"{problem}")
+def environment_payload(head_sha: str, problem: str, notes=()) -> PublishPayload:
+    section = "\n".join([f"### {SECTION_TITLES['pr']}", *(f"> {n}\n" for n in notes),
+                         "🛠️ **Environment problem — not caused by this change.**", problem])
     return PublishPayload(kind="pr", head_sha=head_sha, section=section,
-                          check_conclusion="neutral", check_title="Environment problem",
-                          check_summary=problem)
+                          counts={"environment": 1}, check_conclusion="neutral",
+                          check_title="Environment problem", check_summary=problem)
 
 
 def run_pipeline(ctx: WorkerContext, checkout: Path, base: str, head: str, *, suites, targets,
                  progress):
     """tasks.pipeline.run.triage on the worker's clone. The GitHub token is in no environment
-    the pipeline sees: only the tool variables it needs are passed (it scrubs the rest)."""
+    the pipeline sees: only the tool variables it needs (read once at start, WorkerOptions)."""
     from tasks.pipeline.run import TriageOptions, triage
 
-    tool_env = {k: os.environ[k] for k in TOOL_VARIABLES if os.environ.get(k)}
     options = TriageOptions(repo=checkout, base=base, head=head,
                             data_dir=Path(ctx.settings.data_dir), targets=targets,
-                            suites=suites, tool_env=tool_env)
+                            suites=suites, tool_env=dict(ctx.options.tool_env))
     return triage(options, progress=lambda message: progress("Running", message))
 
 
@@ -251,23 +264,29 @@ def result_rows(report) -> list[dict]:
             for suite in report.suites for t in suite.tests]
 
 
-def report_payload(head_sha: str, report) -> PublishPayload:
+def report_payload(head_sha: str, report, notes=()) -> PublishPayload:
     from tasks.pipeline.report import headline, to_markdown
 
     new = [v for v in report.results if v.verdict == "new"]
     environment = [v for v in report.results if v.verdict == "environment"]
     conclusion = "failure" if new else ("neutral" if environment else "success")
-    annotations = [
-        {"path": s.path, "start_line": int(getattr(s, "line", 0) or 1),
+    annotations = [  # at the suspect's line when the pipeline knows it (Suspect.line)
+        {"path": s.path, "start_line": s.line or 1,
          "title": f"{v.category}: {v.test}"[:255],
          "message": f"{v.primary_line}\n{v.explanation}".strip() or v.test}
         for v in new for s in v.suspects[:3]]
     title = (f"{len(new)} new failure(s), {len(environment)} environment problem(s), "
              f"{sum(len(s.tests) for s in report.suites)} test(s) run")
-    return PublishPayload(kind="pr", head_sha=head_sha, section=to_markdown(report),
+    section = nest_markdown(to_markdown(report), SECTION_TITLES["pr"])
+    if notes:
+        first, _, rest = section.partition("\n")
+        section = "\n".join([first, *(f"> {n}\n" for n in notes), rest])
+    summary = "\n\n".join([headline(report), *notes])
+    return PublishPayload(kind="pr", head_sha=head_sha, section=section,
                           blame_categories=sorted({v.category for v in new}),
+                          counts={k: n for k in COUNTED if (n := report.summary.get(k, 0))},
                           check_conclusion=conclusion, check_title=title,
-                          check_summary=headline(report), annotations=annotations)
+                          check_summary=summary, annotations=annotations)
 
 
 def _run_of(ctx: WorkerContext, repo: str, pr: int, head_sha: str) -> dict | None:
@@ -346,7 +365,7 @@ def triage_ci(ctx: WorkerContext, repo: str, head_sha: str, installation_id: int
         items = [_ci_failure(job, f, known, ignored) for job, fs in found for f in fs]
         section = render_ci_section(head_sha, items, [j["name"] for j in failed], merge_base)
         payload = PublishPayload(kind="ci", head_sha=head_sha, section=section,
-                                 blame_categories=sorted({i.category for i in items
+                                 counts=ci_counts(items), blame_categories=sorted({i.category for i in items
                                                           if i.verdict == "new"}))
         publish(ctx, repo, pr, installation_id, payload)
     return f"{len(failed)} failed job(s), {len(prs)} pull request(s)"

@@ -40,6 +40,7 @@ class PublishPayload:
     head_sha: str
     section: str  # this run's markdown section of the comment
     blame_categories: list[str] = field(default_factory=list)  # categories of new failures
+    counts: dict[str, int] = field(default_factory=dict)  # verdict -> failures, for the headline
     check_conclusion: str | None = None  # None: this kind does not own the check run
     check_title: str = ""
     check_summary: str = ""
@@ -54,31 +55,77 @@ class PublishPayload:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
-def compose_comment(head_sha: str, sections: dict[str, str]) -> str:
-    parts = [SUMMARY_MARKER, f"## etriage summary for `{head_sha[:12]}`", ""]
+HEADLINE_ORDER = ("pre_existing", "flaky", "environment", "ignored", "fixed")
+SECTION_TITLES = {"pr": "Rebuild and tests", "ci": "CI logs"}
+
+
+def headline(counts: dict[str, int]) -> str:
+    """The comment's one headline: new failures first, then whatever else was found."""
+    new = counts.get("new", 0)
+    first = (f"❌ {new} new failure{'s' if new != 1 else ''} caused by this change" if new
+             else "✅ No new failures caused by this change")
+    rest = [f"{n} {verdict.replace('_', '-')}" for verdict in HEADLINE_ORDER
+            if (n := counts.get(verdict, 0))]
+    return " · ".join([first] + rest)
+
+
+def compose_comment(head_sha: str, sections: dict[str, str],
+                    counts: dict[str, dict[str, int]] | None = None) -> str:
+    """The whole comment: one headline summing the verdicts of every kind of evidence, then
+    one `###` section per kind (`pr` first, then `ci`)."""
     ordered = [k for k in SECTION_ORDER if sections.get(k)] + sorted(
         k for k in sections if k not in SECTION_ORDER and sections[k])
-    if not ordered:
-        parts.append("Triage is running; this comment is updated when it finishes.")
+    total: dict[str, int] = {}
+    for kind in ordered:
+        for verdict, n in ((counts or {}).get(kind) or {}).items():
+            total[verdict] = total.get(verdict, 0) + n
+    if ordered:
+        parts = [SUMMARY_MARKER, f"## etriage: {headline(total)}", "",
+                 f"<sub>at `{head_sha[:12]}`</sub>", ""]
+    else:
+        parts = [SUMMARY_MARKER, f"## etriage: triage of `{head_sha[:12]}` is running", "",
+                 "This comment is updated when it finishes.", ""]
     for kind in ordered:
         parts += [sections[kind].rstrip(), ""]
     parts.append("<sub>Commands: `/etriage rerun`, `/etriage ignore <test> <reason>`, "
-                  "`/etriage ok-to-test` (maintainers).</sub>")
+                 "`/etriage ok-to-test` (maintainers).</sub>")
     return "\n".join(parts).rstrip() + "\n"
+
+
+def nest_markdown(markdown: str, title: str, *, depth: int = 2) -> str:
+    """A stand-alone report as one section: its own `## ...` headline is dropped (the
+    comment has one headline) and its headings move `depth` levels down, under `### title`."""
+    lines, out, fenced = markdown.splitlines(), [f"### {title}"], False
+    if lines and lines[0].startswith("## "):
+        lines = lines[1:]
+    for line in lines:
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        if not fenced and line.startswith("#"):
+            line = "#" * depth + line
+            if out[-1].strip():
+                out.append("")  # a heading right after a quote would read as part of it
+        out.append(line)
+    return "\n".join(out).rstrip()
+
+
+def ci_counts(failures: list[CiFailure]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for failure in failures:
+        counts[failure.verdict] = counts.get(failure.verdict, 0) + 1
+    return counts
 
 
 def render_ci_section(head_sha: str, failures: list[CiFailure], jobs_seen: list[str],
                       merge_base: str | None) -> str:
-    lines = [f"### CI failures at `{head_sha[:12]}`"]
+    lines = [f"### {SECTION_TITLES['ci']}", f"Failed CI jobs at `{head_sha[:12]}`, classified from their logs."]
     base_note = (f"compared with the merge base `{merge_base[:12]}`" if merge_base
                  else "no merge base known: nothing could be marked pre-existing")
     if not failures:
         jobs = ", ".join(jobs_seen) or "none"
         lines.append(f"No failure line found in the failed jobs' logs ({jobs}); {base_note}.")
         return "\n".join(lines)
-    counts = {}
-    for failure in failures:
-        counts[failure.verdict] = counts.get(failure.verdict, 0) + 1
+    counts = ci_counts(failures)
     lines.append(", ".join(f"{n} {verdict.replace('_', '-')}" for verdict, n in counts.items())
                  + f" ({base_note}).")
     lines.append("")

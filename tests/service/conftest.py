@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import redis
 
-from bot.demo import make_checkout
 from bot.github_double import GitHubDouble
 from bot.replay import send
 
@@ -29,6 +28,28 @@ TOKEN = "ghs_testtoken0123456789abcdefABCDEF"
 def double():
     with GitHubDouble() as github:
         yield github
+
+
+def make_checkout(path: Path) -> tuple[str, str]:
+    """A two-commit repository: base, and a head that edits the docs (fast to triage)."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True,
+                              text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(path),
+                                              "GIT_AUTHOR_NAME": "t", "GIT_COMMITTER_NAME": "t",
+                                              "GIT_AUTHOR_EMAIL": "t@example.com",
+                                              "GIT_COMMITTER_EMAIL": "t@example.com"}).stdout.strip()
+
+    path.mkdir(parents=True)
+    git("init", "-q", "-b", "master")
+    (path / "docs").mkdir()
+    (path / "README.md").write_text("Hello World\n")
+    (path / "docs" / "usage.md").write_text("# Usage\n")
+    git("add", "-A")
+    git("commit", "-q", "-m", "base")
+    base = git("rev-parse", "HEAD")
+    (path / "docs" / "usage.md").write_text("# Usage\n\nRun `etriage demo`.\n")
+    git("commit", "-q", "-am", "docs: usage")
+    return base, git("rev-parse", "HEAD")
 
 
 @pytest.fixture

@@ -30,6 +30,9 @@ def test_pull_request_gets_one_comment_and_one_check_run(web, workers, payloads)
     [comment] = web.double.wait_for(lambda: bot_comments(web.double), 30, "comment")
     assert MARKER in comment["body"] and web.head[:12] in comment["body"]
     assert "documentation-only change" in comment["body"]  # the pipeline's plan ran on the clone
+    assert comment["body"].count("## etriage") == 1  # one headline, the run's report below it
+    assert "## etriage: ✅ No new failures caused by this change\n" in comment["body"]
+    assert "### Rebuild and tests" in comment["body"]
     assert run["name"] == "etriage" and run["conclusion"] == "success"
     # queued -> in_progress (with a progress summary) -> completed, on the same check run
     [create] = web.double.requests_to("POST", r"/check-runs$")
@@ -122,7 +125,7 @@ def test_failed_workflow_run_is_classified_into_the_comment(web, workers, payloa
     assert web.post("workflow_run", payloads.workflow_run(102, web.head)).status_code == 202
     [comment] = web.double.wait_for(lambda: bot_comments(web.double), 60, "comment")
     body = comment["body"]
-    assert "CI failures" in body and "`unittest / linux`" in body and "lint" not in body
+    assert "### CI logs" in body and "`unittest / linux`" in body and "lint" not in body
     assert marked_line("pytest_failure.txt").split("Z ", 1)[1][:60] in body
     assert "`runtime_error`" in body and "pre-existing" in body and "❌" not in body
     assert [r.path for r in web.double.requests_to("GET", r"/_logs/")] == ["/_logs/11", "/_logs/21"]
@@ -136,6 +139,7 @@ def test_new_ci_failure_is_blamed_and_labelled(web, workers, payloads):
     web.double.wait_for(lambda: web.double.labels_on(REPO, PR), 60, "label")
     [comment] = bot_comments(web.double)
     assert "**new**" in comment["body"]
+    assert "## etriage: ❌ 2 new failures caused by this change\n" in comment["body"]
     assert web.double.labels_on(REPO, PR) == ["triage: runtime"]
 
 

@@ -3,11 +3,12 @@ runs, labels, logs, rate limits and retries, and tokens kept out of logs."""
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
 from bot.github_client import (SUMMARY_MARKER, Annotation, GitHubClient, GitHubConfig,
-                               GitHubUnavailable, RedactTokensFilter, redact)
+                               GitHubError, GitHubUnavailable, RedactTokensFilter, redact)
 from tests.service.github_double import GitHubDouble
 
 REPO = "o/r"
@@ -59,18 +60,75 @@ def test_annotations_go_in_batches_of_fifty(double):
     assert len(run["annotations"]) == 120 and run["conclusion"] == "failure"
 
 
-def test_app_authentication_exchanges_a_jwt_for_an_installation_token(double):
+@pytest.fixture(scope="module")
+def app_key() -> str:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
 
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption()).decode()
-    gh = GitHubClient(GitHubConfig(base_url=double.url, app_id="123", private_key=key,
-                                   seconds_between_writes=None), 42)
+
+
+def app_client(double, key) -> GitHubClient:
+    return GitHubClient(GitHubConfig(base_url=double.url, app_id="123", private_key=key,
+                                     seconds_between_writes=None), 42)
+
+
+def test_app_authentication_exchanges_a_jwt_for_an_installation_token(double, app_key):
+    gh = app_client(double, app_key)
     assert gh.pull(REPO, 7)["head_sha"] == "a" * 40
-    assert [r.path for r in double.requests][:2] == ["/app/installations/42/access_tokens",
-                                                     "/repos/o/r/pulls/7"]
+    assert gh.pull(REPO, 7)["head_sha"] == "a" * 40
+    assert [r.path for r in double.requests] == ["/app/installations/42/access_tokens",
+                                                 "/repos/o/r/pulls/7", "/repos/o/r/pulls/7"]
+    assert double.tokens_issued == 1  # an hour-long token is reused
+
+
+def test_installation_token_is_renewed_before_it_expires(double, app_key):
+    """Tokens that expire in 21 s: the client renews one that has under 20 s left (PyGithub's
+    margin) before using it, and the double refuses any request with an expired token."""
+    double.token_lifetime = 21
+    gh = app_client(double, app_key)
+    gh.pull(REPO, 7)
+    [first] = [r.token for r in double.requests_to("GET", r"/pulls/7$")]
+    renew_from = double.token_expiry[first] - 20
+    while time.time() <= renew_from:  # a clock condition: the token enters its last 20 s
+        time.sleep(0.05)
+    gh.pull(REPO, 7)
+    gh.labels(REPO, 7)
+    used = [r.token for r in double.requests if not r.path.startswith("/app/")]
+    assert used[0] == first and first not in used[1:] and None not in used
+    assert double.tokens_issued >= 2
+    assert [r.status for r in double.requests if r.status == 401] == []
+
+
+def test_double_refuses_an_expired_installation_token(double, app_key):
+    """What makes the renewal test above able to fail: an expired token gets 401."""
+    double.token_lifetime = 0  # expired when issued (GitHub never does this; clock skew could)
+    with pytest.raises(GitHubError) as refused:
+        app_client(double, app_key).pull(REPO, 7)
+    assert refused.value.status == 401
+
+
+def test_a_reply_github_applied_but_answered_502_is_not_posted_twice(double):
+    fault_route = r"/issues/7/comments$"
+    gh = client(double)
+    double.fail("POST", fault_route, 502, applied=True)
+    reply_id = gh.reply(REPO, 7, "@visitor `rerun` needs write access", in_reply_to=555)
+    again = gh.reply(REPO, 7, "@visitor `rerun` needs write access", in_reply_to=555)
+    mine = [c for c in double.comments_on(REPO, 7) if c["user"] == double.bot_login]
+    assert [c["id"] for c in mine] == [reply_id] and again == reply_id
+    assert mine[0]["body"].startswith("@visitor `rerun` needs write access")
+    assert [r.status for r in double.requests_to("POST", fault_route)] == [502]
+    other = gh.reply(REPO, 7, "another answer", in_reply_to=556)  # another comment: posted
+    assert other != reply_id
+
+
+def test_a_summary_github_applied_but_answered_502_is_not_posted_twice(double):
+    gh = client(double)
+    double.fail("POST", r"/issues/7/comments$", 502, applied=True)
+    comment_id, _ = gh.upsert_summary(REPO, 7, "body")
+    assert [c["id"] for c in double.comments_on(REPO, 7)] == [comment_id]
 
 
 def test_5xx_is_retried_and_then_given_up(double):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -99,12 +100,24 @@ def test_replay_against_a_running_app(web, shared_dir):
     assert result.returncode == 0 and '"pong"' in result.stdout, result.stdout + result.stderr
 
 
-def test_demo_prints_the_comment_and_the_check_run():
-    result = subprocess.run(ETRIAGE + ["demo", "--timeout", "120"], cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=300,
-                            env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")})
+@pytest.mark.executorch
+def test_demo_catches_the_regression_and_prints_what_github_received(tmp_path):
+    """`etriage demo` (`make run`) with nothing but the venv: it must catch the real
+    regression it plants, print one headline, and keep the worker's logs off the console."""
+    result = subprocess.run(ETRIAGE + ["demo", "--timeout", "300", "--keep", str(tmp_path)],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+                            env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
-    assert "===== PR comment on Codertocat/Hello-World#2 by etriage[bot] =====" in out
-    assert "CI failures at" in out and "`runtime_error`" in out
-    assert "===== check run `etriage`: completed / success =====" in out
+    [comment] = out.split("===== PR comment on Codertocat/Hello-World#2 by etriage[bot] =====")[1:]
+    assert comment.count("## etriage") == 1
+    assert re.search(r"## etriage: ❌ \d+ new failures? caused by this change · 2 pre-existing", comment)
+    assert "### Rebuild and tests" in comment and "### CI logs" in comment
+    assert "`multi_method_lowering`" in comment and "`exir/backend/backend_api.py" in comment
+    assert "===== check run `etriage`: completed / failure =====" in out
+    assert re.search(r"annotation failure exir/backend/backend_api\.py:\d+: multi_method_lowering", out)
+    assert "labels: triage: multi-method" in out
+    log = tmp_path / "etriage.log"
+    assert f"worker and web logs: {log}" in out and "ready." in log.read_text()
+    assert "celery@" not in out and "[tasks]" not in out and "POST /webhook" not in out
+    assert result.stderr.strip() == "", result.stderr[-2000:]

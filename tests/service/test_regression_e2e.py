@@ -1,0 +1,91 @@
+"""A real regression caught through the whole service: a throwaway ExecuTorch repository whose
+PR head applies a real multi-method regression patch, GitHub's real `pull_request` payload
+signed and posted over HTTP, a real Celery worker on a real Redis running the probes on the
+real ExecuTorch runtime, and everything asserted on what the GitHub double received."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bot.demo import regression_patch
+from tasks.sample_repo import build_sample_repo, commit_all, git
+from tests.service.conftest import PR, REPO
+
+pytestmark = [pytest.mark.service, pytest.mark.executorch]
+
+PATCHED = "exir/backend/backend_api.py"
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    repo = build_sample_repo(tmp_path_factory.mktemp("et") / "executorch")
+    return repo, repo.branch("regression", patch=regression_patch())
+
+
+@pytest.fixture
+def checkout(sample):
+    """The service fixtures map the payload's repository to this clone (ETRIAGE_REPO_PATHS)."""
+    repo, head = sample
+    return repo.path, repo.base, head
+
+
+def revert_commit(repo, head: str) -> str:
+    """A push on top of the regression that reverts it: head's tree is the base's again."""
+    git(repo.path, "checkout", "-q", "-B", "fix", head)
+    try:
+        git(repo.path, "apply", "-R", str(regression_patch()))
+        return commit_all(repo.path, "Revert the shared partitioner")
+    finally:
+        git(repo.path, "checkout", "-q", "main")
+
+
+def first_changed_line(repo, base: str, head: str, path: str) -> int:
+    diff = git(repo.path, "diff", "-U0", base, head, "--", path)
+    return int(re.search(r"^@@ -\S+ \+(\d+)", diff, re.M).group(1))
+
+
+def bot_comments(double):
+    return [c for c in double.comments_on(REPO, PR) if c["user"] == double.bot_login]
+
+
+def completed(double, sha):
+    return [r for r in double.check_runs_for(REPO, sha) if r["status"] == "completed"]
+
+
+def test_regression_is_reported_then_cleared_by_the_revert(web, workers, payloads, sample):
+    repo, _ = sample
+    double, store = web.double, web.store()
+    web.double.pulls[(REPO, PR)].files = [(PATCHED, "modified")]
+    workers(ETRIAGE_SUITES="probes")
+
+    answer = web.post("pull_request", payloads.pull_request("opened", web.head, web.base))
+    assert answer.status_code == 202, answer.text
+    [run] = double.wait_for(lambda: completed(double, web.head), 300, "the check run")
+    double.wait_for(lambda: not store.pending_reports() and double.labels_on(REPO, PR), 60,
+                    "comment and labels")
+    [comment] = bot_comments(double)
+    body = comment["body"]
+    headline = body.splitlines()[1]
+    assert re.match(r"## etriage: ❌ \d+ new failures? caused by this change", headline), headline
+    assert body.count("## etriage") == 1  # one headline, then sections
+    assert "`multi_method_lowering`" in body and f"`{PATCHED}" in body
+    assert run["conclusion"] == "failure"
+    line = first_changed_line(repo, web.base, web.head, PATCHED)
+    assert run["annotations"] and {(a["path"], a["start_line"]) for a in run["annotations"]} \
+        == {(PATCHED, line)}
+    assert all(a["annotation_level"] == "failure" for a in run["annotations"])
+    assert double.labels_on(REPO, PR) == ["triage: multi-method"]
+
+    fixed = revert_commit(repo, web.head)
+    double.push(REPO, PR, fixed)
+    answer = web.post("pull_request", payloads.pull_request("synchronize", fixed, web.base))
+    assert answer.status_code == 202, answer.text
+    [fixed_run] = double.wait_for(lambda: completed(double, fixed), 120, "the second check run")
+    double.wait_for(lambda: not store.pending_reports() and not double.labels_on(REPO, PR), 60,
+                    "the label to be removed")
+    [edited] = bot_comments(double)
+    assert edited["id"] == comment["id"] and edited["edits"] >= 1
+    assert "No new failures caused by this change" in edited["body"].splitlines()[1]
+    assert fixed[:12] in edited["body"] and "multi_method_lowering" not in edited["body"]
+    assert fixed_run["conclusion"] == "success" and fixed_run["annotations"] == []

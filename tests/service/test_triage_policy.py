@@ -1,0 +1,104 @@
+"""What automatic triage decides before it runs anything, through the real service: device
+targets wait for a maintainer's ok-to-test on outside contributors' PRs, and a PR that edits
+.github/etriage.yml gets its validation on the check run (the config in force stays the
+default branch's)."""
+from __future__ import annotations
+
+import pytest
+
+from tests.service.conftest import PR, REPO
+
+pytestmark = pytest.mark.service
+
+CONFIG = ".github/etriage.yml"
+WITH_DEVICES = "triage: {}\ncommands: {}\nlabels: {}\ndevices:\n  targets: [android-sm8650]\n"
+WAITING = "a maintainer must first say `/etriage ok-to-test`"
+NO_RUNNER = "Not run on `android-sm8650`: this worker has no runner for it."
+
+
+def completed(double, sha):
+    return [r for r in double.check_runs_for(REPO, sha) if r["status"] == "completed"]
+
+
+def summary_comment(double):
+    [comment] = [c for c in double.comments_on(REPO, PR)
+                 if c["user"] == double.bot_login and "etriage:summary" in c["body"]]
+    return comment["body"]
+
+
+def test_outside_contributor_runs_on_devices_only_after_ok_to_test(web, workers, payloads):
+    double, store = web.double, web.store()
+    double.set_file(REPO, CONFIG, WITH_DEVICES)
+    double.set_permission(REPO, "maintainer", "maintain")  # the PR's author keeps "read"
+    workers()
+    web.post("pull_request", payloads.pull_request("opened", web.head, web.base))
+    [first] = double.wait_for(lambda: completed(double, web.head), 90, "the check run")
+    double.wait_for(lambda: not store.pending_reports(), 30, "the publish")
+    body = summary_comment(double)
+    assert WAITING in body and "@Codertocat has no write access" in body
+    assert NO_RUNNER not in body  # the device target was never chosen
+    assert WAITING in first["output"]["summary"]
+    assert double.requests_to("GET", r"/collaborators/Codertocat/permission$")
+
+    comment_id = double.add_user_comment(REPO, PR, "maintainer", "/etriage ok-to-test")
+    answer = web.post("issue_comment", payloads.issue_comment(comment_id, "maintainer",
+                                                              "/etriage ok-to-test"))
+    assert answer.status_code == 202, answer.text
+    double.wait_for(lambda: len(completed(double, web.head)) == 2, 90, "the approved run")
+    double.wait_for(lambda: not store.pending_reports(), 30, "the publish")
+    body = summary_comment(double)
+    assert WAITING not in body and NO_RUNNER in body  # chosen now; this worker has no phone
+    assert store.is_approved_for_devices(REPO, PR, web.head)
+
+
+def test_a_writer_s_pull_request_needs_no_approval(web, workers, payloads):
+    double, store = web.double, web.store()
+    double.set_file(REPO, CONFIG, WITH_DEVICES)
+    double.set_permission(REPO, "Codertocat", "write")
+    workers()
+    web.post("pull_request", payloads.pull_request("opened", web.head, web.base))
+    double.wait_for(lambda: completed(double, web.head), 90, "the check run")
+    double.wait_for(lambda: not store.pending_reports(), 30, "the publish")
+    body = summary_comment(double)
+    assert NO_RUNNER in body and WAITING not in body
+
+
+def test_without_a_devices_section_no_permission_is_asked(web, workers, payloads):
+    workers()
+    web.post("pull_request", payloads.pull_request("opened", web.head, web.base))
+    web.double.wait_for(lambda: completed(web.double, web.head), 90, "the check run")
+    assert web.double.requests_to("GET", r"/collaborators/") == []
+
+
+def test_an_edited_repo_config_is_validated_on_the_check_run(web, workers, payloads):
+    double, store = web.double, web.store()
+    double.pulls[(REPO, PR)].files = [("docs/usage.md", "modified"), (CONFIG, "modified")]
+    broken = "triage:\n  suites: [multi_method]\n  tragets: [host]\nlabels:\n  no_such_category: x\n"
+    double.set_file(REPO, CONFIG, broken, ref=web.head)  # the default branch has no file
+    workers()
+    web.post("pull_request", payloads.pull_request("opened", web.head, web.base))
+    [run] = double.wait_for(lambda: completed(double, web.head), 90, "the check run")
+    double.wait_for(lambda: not store.pending_reports(), 30, "the publish")
+    text = run["output"]["text"]
+    assert "## Repository configuration" in text and "2 problem(s)" in text
+    assert "line 3: triage: unknown key 'tragets'" in text
+    assert "line 5: labels.no_such_category" in text
+    assert sorted((a["path"], a["start_line"], a["annotation_level"]) for a in run["annotations"]) \
+        == [(CONFIG, 3, "warning"), (CONFIG, 5, "warning")]
+    assert run["conclusion"] == "success"  # a docs change: the config's problems do not fail it
+    # Read at the head only to validate; the config in force came from the default branch.
+    reads = [r.query.get("ref") for r in double.requests_to("GET", r"/contents/\.github/etriage\.yml$")]
+    assert reads.count(web.head) == 1 and None in reads
+
+
+def test_a_valid_repo_config_edit_is_confirmed(web, workers, payloads):
+    double = web.double
+    double.pulls[(REPO, PR)].files = [(CONFIG, "added")]
+    double.set_file(REPO, CONFIG, WITH_DEVICES, ref=web.head)
+    workers()
+    web.post("pull_request", payloads.pull_request("opened", web.head, web.base))
+    [run] = double.wait_for(lambda: completed(double, web.head), 90, "the check run")
+    assert "is valid; it takes effect once merged" in run["output"]["text"]
+    assert run["annotations"] == []
+    # The PR's own `devices:` section is not in force: nobody's permission was looked up.
+    assert double.requests_to("GET", r"/collaborators/") == []
