@@ -32,7 +32,7 @@ def add_arguments(parser) -> None:
 
 
 def fixtures_root() -> Path:
-    return default_fixtures_dir().parent.parent  # shared/fixtures
+    return default_fixtures_dir().parent.parent  # bot/fixtures: copies of shared/fixtures
 
 
 def regression_patch(name: str = REGRESSION) -> Path:
@@ -46,9 +46,10 @@ def say(message: str) -> None:
     print(f"etriage demo: {message}", flush=True)
 
 
-def log_text(name: str) -> str:
+def log_text(name: str, logs_dir: Path | None = None) -> str:
     """A real CI log fragment with the fixture's markers removed."""
-    raw = (fixtures_root() / "logs" / "pytorch-log-classifier" / name).read_text()
+    logs_dir = logs_dir or fixtures_root() / "logs" / "pytorch-log-classifier"
+    raw = (logs_dir / name).read_text()
     lines = [line for line in raw.splitlines() if not line.startswith("#=SOURCE=#")]
     return "\n".join(line.replace("#=MATCH=# ", "", 1).replace("‹", "").replace("›", "")
                      for line in lines) + "\n"

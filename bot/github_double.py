@@ -27,8 +27,8 @@ GITHUB_API = "https://api.github.com"
 
 
 def default_fixtures_dir() -> Path:
-    """shared/fixtures/github/rest beside the clone (tests, demo from a source checkout)."""
-    return Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "github" / "rest"
+    """GitHub's REST examples shipped with the package (byte-identical to shared/fixtures/github/rest)."""
+    return Path(__file__).resolve().parent / "fixtures" / "github" / "rest"
 
 
 def _now_iso(delta: float = 0.0) -> str:

@@ -87,8 +87,8 @@ def compose_comment(head_sha: str, sections: dict[str, str],
                  "This comment is updated when it finishes.", ""]
     for kind in ordered:
         parts += [sections[kind].rstrip(), ""]
-    parts.append("<sub>Commands: `/etriage rerun`, `/etriage ignore <test> <reason>`, "
-                 "`/etriage ok-to-test` (maintainers).</sub>")
+    parts.append('<sub>Commands: `/etriage rerun`, `/etriage ignore <failure> --reason "..."`, '
+                 '`/etriage explain <failure>`, `/etriage help`; `/etriage ok-to-test` (maintainers).</sub>')
     return "\n".join(parts).rstrip() + "\n"
 
 

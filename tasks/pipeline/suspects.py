@@ -40,7 +40,7 @@ def _symbols(source: bytes) -> list[tuple[str, int, int]]:
     def visit(node, prefix):
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                name = f"{prefix}{child.name}"
+                name = f"{prefix}{_display_name(child)}"
                 first = min([child.lineno] + [d.lineno for d in child.decorator_list])
                 found.append((name, first, child.end_lineno or child.lineno))
                 visit(child, name + ".")
@@ -49,6 +49,18 @@ def _symbols(source: bytes) -> list[tuple[str, int, int]]:
 
     visit(tree, "")
     return found
+
+
+def _display_name(node) -> str:
+    """A def's name as a person looks for it: `singledispatch` overloads are all called `_`,
+    so `@to_backend.register def _(...)` is shown as `to_backend[overload@LINE]`."""
+    if node.name != "_":
+        return node.name
+    for decorator in node.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if isinstance(target, ast.Attribute) and target.attr == "register":
+            return f"{ast.unparse(target.value)}[overload@{node.lineno}]"
+    return node.name
 
 
 def changed_regions(repo, merge_base: str, head: str, changes: list[ChangedFile]) -> list[ChangedRegion]:
