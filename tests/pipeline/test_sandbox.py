@@ -1,0 +1,26 @@
+"""Code from a change runs with nothing of the bot's environment: no token reaches it."""
+import json
+import sys
+
+from tasks.pipeline.sandbox import run_logged, scrubbed_env
+
+DUMP_ENV = "import json, os; print('ENV=' + json.dumps(dict(os.environ)))"
+
+
+def test_a_pr_subprocess_sees_no_token_and_its_own_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("ETRIAGE_GITHUB_TOKEN", "ghs_secret_installation_token")
+    monkeypatch.setenv("ETRIAGE_WEBHOOK_SECRET", "whsec_secret")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws_secret")
+    monkeypatch.setenv("QNN_SDK_ROOT", "/opt/qnn")  # a tool location the worker passes on purpose
+    env = scrubbed_env(tmp_path / "run", pass_through={"QNN_SDK_ROOT": "/opt/qnn", "GITHUB_TOKEN": "x"})
+    done = run_logged([sys.executable, "-c", DUMP_ENV], cwd=tmp_path, env=env,
+                      log_path=tmp_path / "run" / "env.log", timeout=60)
+    assert done.returncode == 0
+    log = done.log_path.read_text()
+    dumped = next(line for line in log.splitlines() if line.startswith("ENV="))  # the log also echoes the command
+    seen = json.loads(dumped.removeprefix("ENV="))
+    assert "secret" not in log
+    assert not {"ETRIAGE_GITHUB_TOKEN", "ETRIAGE_WEBHOOK_SECRET", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN"} & set(seen)
+    assert seen["QNN_SDK_ROOT"] == "/opt/qnn"
+    assert seen["HOME"] == str(tmp_path / "run" / "home")
+    assert seen["TMPDIR"] == str(tmp_path / "run" / "tmp")
