@@ -144,7 +144,6 @@ def test_selected_suite_runs_only_heads_failures_at_the_merge_base(flaky_triage)
     assert "partial (no `fixed`)" in to_markdown(report)
 
 
-@pytest.mark.slow
 def test_quantizer_freezing_the_kv_cache_is_a_mutable_buffer_failure(et_repo, data_dir, patches):
     head = et_repo.branch("quant-kv", patches.probe("mutable_buffer_quantizer_freezes_kv_cache"))
     data, _, _ = run_triage(et_repo, data_dir, head, ["probes"])
