@@ -90,8 +90,26 @@ def make_auth(config: GitHubConfig, installation_id: int | None) -> Auth.Auth:
         raise GitHubError("no GitHub credentials: set a token or an App id + private key")
     if installation_id is None:
         raise GitHubError("GitHub App authentication needs the installation id of the event")
-    return Auth.AppInstallationAuth(Auth.AppAuth(config.app_id, config.private_key),
-                                    int(installation_id))
+    return InstallationAuth(Auth.AppAuth(config.app_id, config.private_key), int(installation_id))
+
+
+class InstallationAuth(Auth.AppInstallationAuth):
+    """PyGithub's installation auth with a token cache of our own that can be dropped: GitHub
+    may revoke a token before its `expires_at` (App suspended and restored, key rotated, the
+    token revoked by DELETE /installation/token), and only a fresh exchange helps then."""
+
+    _authorization = None  # InstallationAuthorization: token and expires_at
+
+    @property
+    def token(self) -> str:
+        margin = Auth.TOKEN_REFRESH_THRESHOLD_TIMEDELTA  # renew shortly before expiry, as PyGithub
+        if self._authorization is None or \
+                self._authorization.expires_at - margin < datetime.now(timezone.utc):
+            self._authorization = self._get_installation_authorization()
+        return self._authorization.token
+
+    def forget_token(self) -> None:
+        self._authorization = None
 
 
 # ---- secrets in logs --------------------------------------------------------------------------
@@ -158,7 +176,8 @@ class GitHubClient:
         self.bot_login = config.bot_login
         self._lock = lock
         self._sleep = sleep
-        self._gh = Github(auth=make_auth(config, installation_id), base_url=config.base_url,
+        self._auth = make_auth(config, installation_id)
+        self._gh = Github(auth=self._auth, base_url=config.base_url,
                           timeout=int(config.timeout), retry=None, lazy=True,
                           seconds_between_requests=None,
                           seconds_between_writes=config.seconds_between_writes)
@@ -169,7 +188,7 @@ class GitHubClient:
         for attempt in range(1, self.config.attempts + 1):
             try:
                 self._wait_if_exhausted()
-                return operation()
+                return self._authorized(what, operation)
             except GithubException as exc:
                 wait = _rate_limit_wait(exc)
                 if wait is not None:
@@ -192,6 +211,25 @@ class GitHubClient:
                         attempt, self.config.attempts)
             self._sleep(delay)
             delay *= 2
+
+    def _authorized(self, what: str, operation: Callable):
+        """operation(); a 401 with an installation token drops the token, and the operation
+        runs once more with a freshly fetched one. A second 401 is a GitHubError."""
+        try:
+            return operation()
+        except GithubException as exc:
+            if exc.status != 401 or not isinstance(self._auth, InstallationAuth):
+                raise
+            log.warning("%s: GitHub refused the installation token (401); fetching a new one", what)
+            self._auth.forget_token()
+        try:
+            return operation()
+        except GithubException as exc:
+            if exc.status != 401:
+                raise
+            raise GitHubError(f"{what}: GitHub refused a freshly fetched installation token too "
+                              f"(401 {_message(exc)}); is the App still installed, not suspended, "
+                              "and its private key current?", 401) from None
 
     def _wait_if_exhausted(self) -> None:
         """Honour X-RateLimit-Remaining/Reset of the previous response before the next call."""

@@ -8,7 +8,8 @@ headers without Authorization, JSON body). Faults are programmable per route: th
 can be a status with headers (502, 403 + X-RateLimit-Remaining: 0, 429 + Retry-After), either
 instead of the work or after it (`applied=True`: GitHub did it but the answer was lost), and a
 route can be held (the request blocks until the test releases it) to freeze a worker mid-task.
-Installation tokens it issues live `token_lifetime` seconds; an expired one is refused (401).
+Installation tokens it issues live `token_lifetime` seconds; an expired one is refused (401), and
+so is one the test revoked early (`revoke_tokens`).
 """
 from __future__ import annotations
 
@@ -101,6 +102,7 @@ class GitHubDouble:
         self.tokens_issued = 0
         self.token_lifetime = 3600.0  # seconds; GitHub's installation tokens live an hour
         self.token_expiry: dict[str, float] = {}  # issued token -> epoch seconds
+        self.revoked: set[str] = set()  # issued tokens refused before their expiry
         self._faults: list[tuple[str, re.Pattern, Fault]] = []
         self._holds: list[tuple[str, re.Pattern, Hold]] = []
         self._next_id = 1000
@@ -200,6 +202,13 @@ class GitHubDouble:
         self.fail(method, route, 429, times=times, headers={"Retry-After": str(retry_after)},
                   message="You have exceeded a secondary rate limit. Please wait a few minutes "
                           "before you try again.")
+
+    def revoke_tokens(self) -> list[str]:
+        """Revoke every installation token issued so far (as GitHub does when an App is
+        suspended or a token is deleted): each is refused with 401 from now on."""
+        with self.lock:
+            self.revoked |= set(self.token_expiry)
+            return sorted(self.token_expiry)
 
     def hold(self, method: str, route: str, *, times: int = 1) -> Hold:
         hold = Hold(times=times)
@@ -334,7 +343,8 @@ class _Handler(BaseHTTPRequestHandler):
             status, payload, extra = fault.status, {"message": fault.message or "fault"}, fault.headers
         elif self.headers.get("Authorization") is None and not path.startswith("/_logs/"):
             status, payload, extra = 401, {"message": "Requires authentication"}, {}
-        elif record.token and double.token_expiry[record.token] <= time.time():
+        elif record.token and (record.token in double.revoked
+                               or double.token_expiry[record.token] <= time.time()):
             status, payload, extra = 401, {"message": "Bad credentials"}, {}
         else:
             status, payload, extra = _route(double, method, path, query, body)

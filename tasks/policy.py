@@ -1,8 +1,15 @@
 """What a pull request's triage may do, decided before anything runs.
 
-- Targets: the worker's (ETRIAGE_TARGETS) or the command's, plus the repository's device
-  targets; a device-kind target runs only when `bot.commands.devices_allowed` says so (the PR's
-  author has write access, or a maintainer said `/etriage ok-to-test` for exactly this head).
+- Suites and targets of an automatic run: the repository decides, the worker bounds. The
+  default branch's `.github/etriage.yml` `triage.suites` / `triage.targets`, when the file
+  writes them, are the run's, limited to the worker's ETRIAGE_SUITES / ETRIAGE_TARGETS (an
+  allow-list; an empty ETRIAGE_SUITES allows every suite). A key the file leaves out (or no file,
+  or a broken one) leaves the worker's setting in force: ETRIAGE_TARGETS, and ETRIAGE_SUITES or
+  else the plan's choice. A command's own suites/targets replace all of this. `triage.paths` is
+  not applied yet (the pipeline's area table has no per-run overrides).
+- Targets: plus the repository's device targets (its `devices:` section, not bounded by
+  ETRIAGE_TARGETS); a device-kind target runs only when `bot.commands.devices_allowed` says so
+  (the PR's author has write access, or a maintainer said `/etriage ok-to-test` for this head).
 - A PR that edits .github/etriage.yml gets that file validated on its check run; the PR's
   version is never the config in force (that is always the default branch's).
 """
@@ -10,24 +17,78 @@ from __future__ import annotations
 
 import re
 
+import yaml
+
 from bot.github_client import GitHubClient
+
+# bot.repo_config's built-in suite names that the pipeline's tables spell differently.
+PIPELINE_SUITES = {"qnn": "qnn_delegate"}
+
+
+def written_triage_keys(text: str | None) -> frozenset[str]:
+    """The keys the file's own `triage:` section sets; bot.repo_config fills the others with
+    defaults. Text that is not YAML writes nothing (bot.repo_config reports the error)."""
+    try:
+        data = yaml.safe_load(text) if text else None
+    except yaml.YAMLError:
+        return frozenset()
+    triage = data.get("triage") if isinstance(data, dict) else None
+    return frozenset(triage) if isinstance(triage, dict) else frozenset()
+
+
+def _chosen(ctx, gh: GitHubClient, repo: str, key: str,
+            requested) -> tuple[list[str] | None, list[str]]:
+    """(names, notes) for `key` ("suites" | "targets"): a command's own; else the file's
+    `triage.<key>` within the worker's setting (empty: no bound), with a note on the names left
+    out; None when the file does not say (the worker's setting is in force)."""
+    if requested:
+        return list(requested), []
+    written = ctx.written_triage(gh, repo).get(key)
+    allowed = getattr(ctx.options, key)
+    if written is None or not allowed:
+        return (None if written is None else list(written)), []
+    left_out = [name for name in written if name not in allowed]
+    notes = [f"Not run: {key[:-1]}(s) {_names(left_out)} of .github/etriage.yml; this worker runs "
+             f"only {_names(allowed)} (ETRIAGE_{key.upper()})."] if left_out else []
+    return [name for name in written if name in allowed], notes
+
+
+def choose_suites(ctx, gh: GitHubClient, repo: str,
+                  requested) -> tuple[list[str] | None, list[str]]:
+    """(the pipeline's suites, None: the plan decides; notes). See the module docstring for the
+    precedence. An empty list means nothing may run; names the pipeline has no table for are
+    left out with a note."""
+    from tasks.pipeline.tables import load_tables
+
+    chosen, notes = _chosen(ctx, gh, repo, "suites", requested)
+    if chosen is None:
+        chosen = list(ctx.options.suites)
+        if not chosen:
+            return None, []
+    chosen = list(dict.fromkeys(PIPELINE_SUITES.get(name, name) for name in chosen))
+    known = load_tables().suites
+    if [s for s in chosen if s not in known]:
+        notes.append(f"Not run: suite(s) {_names(s for s in chosen if s not in known)}; this "
+                     "worker's pipeline has no such suite.")
+    return [s for s in chosen if s in known], notes
 
 
 def choose_targets(ctx, gh: GitHubClient, repo: str, pr: int, pull: dict,
                    requested) -> tuple[list[str], list[str]]:
-    """(targets for this run, notes on the ones left out). The repository's device targets
-    join automatic runs when its config enables them, but a device-kind target (automatic
-    or requested) runs only when `bot.commands.devices_allowed`: the PR's author has write
-    access, or a maintainer said `/etriage ok-to-test` for exactly this head."""
+    """(targets for this run, notes on the ones left out). The repository's `triage.targets`
+    within ETRIAGE_TARGETS (module docstring); its device targets join automatic runs when its
+    config enables them, but a device-kind target (automatic or requested) runs only when
+    `bot.commands.devices_allowed`: the PR's author has write access, or a maintainer said
+    `/etriage ok-to-test` for exactly this head."""
     from bot.commands import devices_allowed
     from tasks.pipeline.tables import load_tables
 
     config = ctx.repo_config_or_defaults(gh, repo)
     enabled = config.device_targets()
-    wanted = list(dict.fromkeys(list(requested or ctx.options.targets)
+    chosen, notes = _chosen(ctx, gh, repo, "targets", requested)
+    wanted = list(dict.fromkeys((chosen if chosen is not None else list(ctx.options.targets))
                                 + ([] if requested else sorted(enabled))))
     devices = [t for t in wanted if t in config.targets and config.targets[t].kind == "device"]
-    notes = []
     if [t for t in devices if t not in enabled]:
         notes.append(f"Not run on {_names(t for t in devices if t not in enabled)}: device runs "
                      "are not enabled for this repository (`devices:` in .github/etriage.yml).")

@@ -18,7 +18,8 @@ import redis
 from bot.github_client import (Annotation, GitHubClient, GitHubConfig, GitHubError,
                                redis_lock)
 from bot.store import Store
-from tasks.policy import add_config_check, choose_targets, config_change_check
+from tasks.policy import (add_config_check, choose_suites, choose_targets, config_change_check,
+                          written_triage_keys)
 from tasks.summary import (SECTION_TITLES, CiFailure, PublishPayload, ci_counts, compose_comment,
                            labels_to_change, nest_markdown, render_ci_section)
 
@@ -39,6 +40,7 @@ class WorkerContext:
     redis: redis.Redis
     _clients: dict = field(default_factory=dict)
     _configs: object = None  # bot.repo_config.RepoConfigCache, made on first use
+    _triage_keys: dict = field(default_factory=dict)  # repo -> keys its file's `triage:` writes
 
     @classmethod
     def create(cls, settings, options) -> "WorkerContext":
@@ -60,7 +62,30 @@ class WorkerContext:
 
         if self._configs is None:
             self._configs = RepoConfigCache()
-        return self._configs.get(repo, lambda: gh.read_file(repo, PATH))
+
+        def fetch() -> str | None:
+            # Recorded with the fetch the cache keeps, so both always describe the same file.
+            text = gh.read_file(repo, PATH)
+            self._triage_keys[repo] = written_triage_keys(text)
+            return text
+
+        return self._configs.get(repo, fetch)
+
+    def written_triage(self, gh: GitHubClient, repo: str) -> dict[str, tuple[str, ...]]:
+        """What the default branch's `triage:` section itself says: {"suites": ..., "targets":
+        ...} for the keys it writes. The defaults bot.repo_config fills in for the others are
+        not a choice of the repository's and restrict nothing; no file or a broken one: {}."""
+        from bot.repo_config import RepoConfigError
+
+        try:
+            config = self.repo_config(gh, repo)
+        except RepoConfigError as error:
+            log.warning("%s: triage uses the worker's settings: %s", repo, error)
+            return {}
+        written = self._triage_keys.get(repo, frozenset())
+        if config.triage is None:
+            return {}
+        return {key: getattr(config.triage, key) for key in ("suites", "targets") if key in written}
 
     def repo_config_or_defaults(self, gh: GitHubClient, repo: str):
         """The config in force; a broken file means the defaults (devices off), logged."""
@@ -155,6 +180,9 @@ def publish_pending(ctx: WorkerContext) -> int:
 
 
 def expire_runs(ctx: WorkerContext) -> int:
+    """Beat: runs still `in_progress` and untouched for `run_expiry_hours` (far beyond the task
+    time limit: their worker died for good) become `expired` in the store; finished runs and
+    recent ones are left alone. The number expired."""
     return ctx.store.expire_runs(timedelta(hours=ctx.options.run_expiry_hours))
 
 
@@ -209,14 +237,18 @@ def triage_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
 
     progress("Planning", f"Reading the change {pull['base_sha'][:12]}..{head_sha[:12]}.")
     targets, notes = choose_targets(ctx, gh, repo, pr, pull, targets)
+    suites, suite_notes = choose_suites(ctx, gh, repo, suites)
+    notes += suite_notes
     checkout = ctx.settings.repo_checkouts.get(repo)
     problem = _checkout_problem(repo, checkout, [head_sha, pull["base_sha"]])
+    if not problem and (not targets or suites == []):  # None would mean "every one": not that
+        problem = ("Nothing this repository's triage asks for may run on this worker "
+                   "(see the notes above); the change was not tested.")
     if problem:
         payload = environment_payload(head_sha, problem, notes)
     else:
         report = run_pipeline(ctx, Path(checkout), pull["base_sha"], head_sha,
-                              suites=suites or list(ctx.options.suites) or None,
-                              targets=targets or None, progress=progress)
+                              suites=suites, targets=targets, progress=progress)
         ctx.checkpoint(repo, pr, head_sha)
         ctx.store.record_results(repo, head_sha, result_rows(report))
         payload = report_payload(head_sha, report, notes)

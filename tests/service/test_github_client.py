@@ -110,6 +110,46 @@ def test_double_refuses_an_expired_installation_token(double, app_key):
     assert refused.value.status == 401
 
 
+def test_a_revoked_installation_token_is_replaced_once(double, app_key):
+    """A token GitHub revoked before its expiry: the 401 drops it, a fresh one is fetched and
+    the request is made once more; later requests keep using the fresh token."""
+    gh = app_client(double, app_key)
+    gh.pull(REPO, 7)
+    [first] = double.revoke_tokens()
+    assert gh.pull(REPO, 7)["number"] == 7
+    gh.labels(REPO, 7)
+    calls = [(r.path, r.status, r.token) for r in double.requests]
+    fresh = calls[-1][2]
+    assert fresh not in (first, None)
+    assert calls == [("/app/installations/42/access_tokens", 201, None),
+                     ("/repos/o/r/pulls/7", 200, first),
+                     ("/repos/o/r/pulls/7", 401, first),
+                     ("/app/installations/42/access_tokens", 201, None),
+                     ("/repos/o/r/pulls/7", 200, fresh),
+                     ("/repos/o/r/issues/7/labels", 200, fresh)]
+
+
+def test_a_second_401_is_a_clear_error(double, app_key):
+    gh = app_client(double, app_key)
+    gh.pull(REPO, 7)
+    double.revoke_tokens()
+    double.token_lifetime = 0  # the replacement is refused too
+    with pytest.raises(GitHubError) as refused:
+        gh.pull(REPO, 7)
+    assert refused.value.status == 401 and not isinstance(refused.value, GitHubUnavailable)
+    assert "refused a freshly fetched installation token" in str(refused.value)
+    assert [r.status for r in double.requests_to("GET", r"/pulls/7$")] == [200, 401, 401]
+    assert double.tokens_issued == 2  # one replacement, not a loop
+
+
+def test_a_401_with_a_personal_token_is_not_retried(double):
+    double.fail("GET", r"/pulls/7$", 401, message="Bad credentials")
+    with pytest.raises(GitHubError) as refused:
+        client(double).pull(REPO, 7)
+    assert refused.value.status == 401 and "Bad credentials" in str(refused.value)
+    assert len(double.requests_to("GET", r"/pulls/7$")) == 1
+
+
 def test_a_reply_github_applied_but_answered_502_is_not_posted_twice(double):
     fault_route = r"/issues/7/comments$"
     gh = client(double)
