@@ -21,7 +21,7 @@ from bot.store import Store
 from tasks.policy import (add_config_check, choose_suites, choose_targets, config_change_check,
                           written_triage_keys)
 from tasks.summary import (SECTION_TITLES, CiFailure, PublishPayload, ci_counts, compose_comment,
-                           labels_to_change, nest_markdown, render_ci_section)
+                           labels_to_change, render_ci_section)
 
 log = logging.getLogger(__name__)
 FAILED = {"failure", "timed_out", "cancelled", "startup_failure"}
@@ -309,7 +309,7 @@ def report_payload(head_sha: str, report, notes=()) -> PublishPayload:
         for v in new for s in v.suspects[:3]]
     title = (f"{len(new)} new failure(s), {len(environment)} environment problem(s), "
              f"{sum(len(s.tests) for s in report.suites)} test(s) run")
-    section = nest_markdown(to_markdown(report), SECTION_TITLES["pr"])
+    section = to_markdown(report, section_title=SECTION_TITLES["pr"])
     if notes:
         first, _, rest = section.partition("\n")
         section = "\n".join([first, *(f"> {n}\n" for n in notes), rest])

@@ -92,23 +92,6 @@ def compose_comment(head_sha: str, sections: dict[str, str],
     return "\n".join(parts).rstrip() + "\n"
 
 
-def nest_markdown(markdown: str, title: str, *, depth: int = 2) -> str:
-    """A stand-alone report as one section: its own `## ...` headline is dropped (the
-    comment has one headline) and its headings move `depth` levels down, under `### title`."""
-    lines, out, fenced = markdown.splitlines(), [f"### {title}"], False
-    if lines and lines[0].startswith("## "):
-        lines = lines[1:]
-    for line in lines:
-        if line.lstrip().startswith("```"):
-            fenced = not fenced
-        if not fenced and line.startswith("#"):
-            line = "#" * depth + line
-            if out[-1].strip():
-                out.append("")  # a heading right after a quote would read as part of it
-        out.append(line)
-    return "\n".join(out).rstrip()
-
-
 def ci_counts(failures: list[CiFailure]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for failure in failures:

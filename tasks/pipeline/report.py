@@ -35,9 +35,9 @@ def _groups(verdicts: list[Verdict]) -> list[list[Verdict]]:
     return list(groups.values())
 
 
-def _section(group: list[Verdict]) -> list[str]:
+def _section(group: list[Verdict], h: str) -> list[str]:
     first = group[0]
-    lines = [f"### {first.title or first.category}: {len(group)} test{'s' if len(group) > 1 else ''}", ""]
+    lines = [f"{h}# {first.title or first.category}: {len(group)} test{'s' if len(group) > 1 else ''}", ""]
     lines.append(f"- **Category:** `{first.category}`" + (f" (rule `{first.rule}`)" if first.rule else ""))
     lines.append(f"- **Primary line:** `{first.primary_line.strip()[:300]}`")
     if first.explanation:
@@ -64,35 +64,42 @@ def _base_line(b) -> str:
     return f"- {b.suite} on {b.target}: {how}{ran}; " + ("whole suite known" if b.complete else "partial (no `fixed`)")
 
 
-def to_markdown(report: Report) -> str:
+def to_markdown(report: Report, *, section_title: str | None = None) -> str:
+    """The report as a stand-alone comment (`## etriage: <headline>` first) or, with
+    `section_title`, as one section of a larger comment: `### <section_title>` instead of the
+    headline, and every heading of the report two levels further down."""
     plan = report.plan
-    lines = [f"## etriage: {headline(report)}", "",
+    h = "####" if section_title else "##"  # the level of the report's own headings
+    top = f"### {section_title}" if section_title else f"## etriage: {headline(report)}"
+    lines = [top, "",
              f"`{report.merge_base[:12]}..{report.head[:12]}` (base `{report.base[:12]}`), "
              f"{len(plan.changed_files)} changed file(s); areas: {', '.join(plan.areas) or '-'}; "
              f"backends: {', '.join(plan.backends) or '-'}; build: {report.build.status}"
              + (f" ({report.build.reason})" if report.build.reason else ""), ""]
     for note in plan.notes:
         lines.append(f"> {note}")
+    if plan.notes:
+        lines.append("")  # a heading right after a quote would read as part of it
     by_verdict = defaultdict(list)
     for v in report.results:
         by_verdict[v.verdict].append(v)
     if by_verdict["new"]:
-        lines += ["## New failures caused by this change", ""]
+        lines += [f"{h} New failures caused by this change", ""]
         for group in _groups(by_verdict["new"]):
-            lines += _section(group)
+            lines += _section(group, h)
     if by_verdict["environment"]:
-        lines += ["## Environment failures (not the change's fault)", ""]
+        lines += [f"{h} Environment failures (not the change's fault)", ""]
         lines += [f"- `{v.test}` ({v.target}): {v.primary_line.strip()[:200]} (`{v.category}`)"
                   for v in by_verdict["environment"]] + [""]
     for verdict, title in (("pre_existing", "Pre-existing failures (also fail at the merge base)"),
                            ("flaky", "Flaky (failed, then passed on retry)"), ("fixed", "Fixed by this change")):
         if by_verdict[verdict]:
-            lines += [f"## {title}", ""]
+            lines += [f"{h} {title}", ""]
             lines += [f"- `{v.test}` ({v.target})" + (f": {v.primary_line.strip()[:160]}" if v.primary_line else "")
                       for v in by_verdict[verdict]] + [""]
     not_run = [s for s in report.suites if s.status == "not_run"]
     if not_run:
-        lines += ["## Not run", ""] + [f"- {s.suite} on {s.target}: not run: {s.reason}" for s in not_run] + [""]
+        lines += [f"{h} Not run", ""] + [f"- {s.suite} on {s.target}: not run: {s.reason}" for s in not_run] + [""]
     ran = [s for s in report.suites if s.status != "not_run"]
     if ran:
         lines += ["<details><summary>What ran</summary>", ""]

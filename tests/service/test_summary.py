@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.summary import SUMMARY_MARKER, compose_comment, headline, nest_markdown
+from tasks.pipeline.report import to_markdown
+from tasks.records import BuildResult, Plan, Report, Verdict
+from tasks.summary import SUMMARY_MARKER, compose_comment, headline
 
 
 @pytest.mark.parametrize("counts, expected", [
@@ -17,15 +19,27 @@ def test_headline(counts, expected):
     assert headline(counts) == expected
 
 
-@pytest.mark.parametrize("markdown, expected", [
-    ("## etriage: 1 new failure\n\nbody", "### T\n\nbody"),
-    ("## etriage: x\n## New failures\n### Probe failed", "### T\n\n#### New failures\n\n##### Probe failed"),
-    ("## etriage: x\n> a note\n## New", "### T\n> a note\n\n#### New"),
-    ("## etriage: x\n```\n## not a heading\n```", "### T\n```\n## not a heading\n```"),
-    ("no headline\n# Top", "### T\nno headline\n\n### Top"),
-])
-def test_nest_markdown(markdown, expected):
-    assert nest_markdown(markdown, "T") == expected
+def _report() -> Report:
+    plan = Plan(base="b" * 40, head="h" * 40, merge_base="m" * 40, changed_files=[], areas=["exir"],
+                backends=[], suites=["probes"], targets=["host"], recipes=[], notes=["a note"])
+    failure = Verdict(suite="probes", test="multi_method::p", target="host", base="passed", head="failed",
+                      verdict="new", category="multi_method_lowering", title="Probe failed",
+                      primary_line="ProbeFailure: [multi_method_lowering] x", reproduce="python -m tasks.probes",
+                      log_excerpt="## not a heading")
+    return Report(base="b" * 40, head="h" * 40, merge_base="m" * 40, plan=plan,
+                  build=BuildResult(status="ok", kind="overlay", commit="h" * 40),
+                  results=[failure], suites=[], summary={"new": 1})
+
+
+def test_report_as_a_section_of_the_comment():
+    standalone = to_markdown(_report()).splitlines()
+    section = to_markdown(_report(), section_title="T").splitlines()
+    assert standalone[0].startswith("## etriage: ") and section[0] == "### T"
+    assert "## New failures caused by this change" in standalone
+    assert "#### New failures caused by this change" in section and "##### Probe failed: 1 test" in section
+    assert [line for line in section if line.startswith("## ")] == ["## not a heading"]  # only fenced text
+    assert section[section.index("> a note") + 1] == ""  # a heading after a quote is not part of it
+    assert section[section.index("## not a heading") - 1] == "```"  # fenced log text is left alone
 
 
 def test_comment_has_one_headline_over_both_sections():
