@@ -13,6 +13,7 @@ import sys
 # name -> (module, one-line help). Order is the order `etriage --help` shows.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "classify": ("triage_rules.cli", "classify failures in CI or test logs"),
+    "eval": ("triage_rules.evaluate", "measure the engine's categories on a labelled corpus"),
     "triage": ("tasks.pipeline.cli", "triage a change (base..head) of an ExecuTorch checkout"),
     "probe": ("tasks.probes.cli", "run the multi-method / mutable-buffer probes here"),
     "serve": ("bot.serve", "run web + worker locally (embedded Redis and SQLite by default)"),

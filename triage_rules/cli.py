@@ -1,6 +1,7 @@
-"""`etriage classify [--format text|json] PATH...`: failures in CI or test logs.
+"""`etriage classify [--format text|json] [--failed] PATH...`: failures in CI or test logs.
 
-Imports neither torch nor executorch, so it starts in a fraction of a second.
+Imports neither torch nor executorch. `--failed` says the job failed: then every log gives at
+least one failure (its most error-like line, with a low confidence, when nothing matched).
 """
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from triage_rules.readers import LogReadError, iter_text_blocks
 from triage_rules.records import Failure
 from triage_rules.rules import RuleError
 
-JSON_KEYS = ("category", "rule", "title", "test", "exception", "message", "line_no", "line",
-             "fingerprint", "explanation", "suggestion", "owners", "environment", "context", "frames")
+JSON_KEYS = ("category", "decided_by", "confidence", "rule", "title", "test", "exception", "message", "line_no",
+             "line", "fingerprint", "explanation", "suggestion", "owners", "environment", "context", "frames",
+             "looks_like")
 _COLOURS = {"title": "\x1b[1;31m", "dim": "\x1b[2m", "key": "\x1b[36m", "reset": "\x1b[0m"}
 
 
@@ -24,6 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH", help="log files, JUnit XML files, or - for stdin")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     parser.add_argument("--job", default=None, help="CI job name (some rules match on it)")
+    parser.add_argument("--failed", action="store_true",
+                        help="the job failed: always report at least one failure per log")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     colour = args.format == "text" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     for path in args.paths:
         try:
-            failures = _classify(path, args.job)
+            failures = _classify(path, args.job, args.failed)
         except (LogReadError, JUnitError, OSError, RuleError) as exc:
             message = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             if not message.startswith(path):
@@ -46,10 +50,10 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
-def _classify(path: str, job: str | None) -> list[Failure]:
+def _classify(path: str, job: str | None, failed: bool) -> list[Failure]:
     if path == "-":
-        return classify_blocks(iter_text_blocks(sys.stdin.buffer), job_name=job)
-    return classify_file(path, job_name=job)
+        return classify_blocks(iter_text_blocks(sys.stdin.buffer), job_name=job, failed=failed)
+    return classify_file(path, job_name=job, failed=failed)
 
 
 def _json(failure: Failure) -> dict:
@@ -67,7 +71,8 @@ def _text(path: str, failures: list[Failure], colour: bool) -> str:
     for number, failure in enumerate(failures, 1):
         env = " [environment]" if failure.environment else ""
         lines = [
-            paint("title", f"#{number} {failure.title}") + f"  ({failure.category}, rule {failure.rule}){env}",
+            paint("title", f"#{number} {failure.title}")
+            + f"  ({failure.category}, decided by {failure.decided_by}, confidence {failure.confidence:.2f}){env}",
             f"  {paint('key', 'line')} {failure.line_no}: {failure.line.strip()}",
         ]
         if failure.test:
@@ -79,6 +84,9 @@ def _text(path: str, failures: list[Failure], colour: bool) -> str:
             lines.append(f"  {paint('key', 'next')} {failure.suggestion}")
         if failure.owners:
             lines.append(f"  {paint('key', 'cc')}   {' '.join(failure.owners)}")
+        for similar in failure.looks_like:
+            lines.append(f"  {paint('key', 'like')} {similar['category']} ({similar['similarity']:.2f}) "
+                         f"{similar['source']}: {similar['line'][:100]}")
         lines.append(paint("dim", f"  fingerprint {failure.fingerprint}"))
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)

@@ -2,31 +2,52 @@
 
     read (readers) ─▶ extract candidates and groups (extract) ─▶ one Failure per group
     ─▶ match the rule set (rules) ─▶ category, title, explanation, owners, environment
+    ─▶ the learned model's opinion and the nearest corpus records (model)
+    ─▶ one decision from both (decide): category, decided_by, confidence
+
+`failed=True` says the caller knows the job or test failed: then at least one failure comes
+back, the most error-like line of the log's tail with a low confidence when nothing matched.
+`use_model=False` gives the rules' reading alone (what the model itself is trained on).
 """
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
 
+import re
+
 from triage_rules import errors
+from triage_rules.decide import decide
 from triage_rules.extract import Extractor, FailureGroup
 from triage_rules.fingerprint import fingerprint
-from triage_rules.readers import LogReadError, check_path, iter_blocks_of_text, iter_text_blocks
+from triage_rules.readers import LogReadError, check_path, clean_line, iter_blocks_of_text, iter_text_blocks
+from triage_rules.model import FailureModel, default_model, fields_of
 from triage_rules.records import CATEGORIES, Failure
 from triage_rules.rules import Subject, default_rules, match_rules, owners_for_path
 
 MAX_FAILURES = 50
+MAX_EVIDENCE_LINES = 12  # plus the primary line's neighbourhood (extract.NEIGHBOURHOOD_*)
+FALLBACK_CONFIDENCE = 0.2
+FALLBACK_CEILING = 0.5
+# How error-like a line is when nothing matched in a failed job's log: each word counts.
+_ERRORISH = re.compile(
+    r"(?i)\b(?:error|errors|fail\w*|fatal|exception|traceback|cannot|can't|couldn't|unable|not (?:found|supported"
+    r"|allowed|registered|close|equal|match\w*)|invalid|mismatch\w*|abort\w*|killed|denied|refused|timed? ?out"
+    r"|offline|unauthori[sz]ed|missing|no such|crash\w*|panic|segfault|wrong|unexpected|incorrect|differ\w*"
+    r"|same (?:output|answer|result|token)s?|nan|garbage|broken|lost|disconnected|unavailable|exceed\w*)\b")
 _XML_SNIFF = 2048
 
 
-def classify_text(text: str, *, job_name: str | None = None) -> list[Failure]:
+def classify_text(text: str, *, job_name: str | None = None, failed: bool = False,
+                  use_model: bool = True) -> list[Failure]:
     """Failures in a log given as text, primary failure first."""
     if _looks_like_junit(text[:_XML_SNIFF]):
         return _classify_junit(text, job_name)
-    return classify_blocks(iter_blocks_of_text(text), job_name=job_name)
+    return classify_blocks(iter_blocks_of_text(text), job_name=job_name, failed=failed, use_model=use_model)
 
 
-def classify_file(path: str | os.PathLike, *, job_name: str | None = None) -> list[Failure]:
+def classify_file(path: str | os.PathLike, *, job_name: str | None = None, failed: bool = False,
+                  use_model: bool = True) -> list[Failure]:
     """Failures in a log file (streamed: memory stays bounded), primary failure first.
 
     Raises LogReadError for a missing path, a directory or binary data.
@@ -39,12 +60,83 @@ def classify_file(path: str | os.PathLike, *, job_name: str | None = None) -> li
             if b"\x00" in head:
                 raise LogReadError("binary file, not a log")
             return _classify_junit(stream.read().decode("utf-8", "replace"), job_name)
-        return classify_blocks(iter_text_blocks(stream), job_name=job_name)
+        return classify_blocks(iter_text_blocks(stream), job_name=job_name, failed=failed, use_model=use_model)
 
 
-def classify_blocks(blocks: Iterable[str], *, job_name: str | None = None) -> list[Failure]:
-    groups = Extractor().run(blocks)
-    return [to_failure(group, job_name) for group in groups[:MAX_FAILURES]]
+def classify_blocks(blocks: Iterable[bytes | str], *, job_name: str | None = None, failed: bool = False,
+                    use_model: bool = True) -> list[Failure]:
+    extractor = Extractor()
+    groups = extractor.run(block.encode("utf-8", "surrogatepass") if isinstance(block, str) else block
+                           for block in blocks)
+    failures = [to_failure(group, job_name) for group in groups[:MAX_FAILURES]]
+    if not failures and failed:
+        failures = [fallback_failure(extractor, job_name) or empty_log_failure()]
+    if use_model:
+        add_opinions(failures, job_name)
+    for failure in failures:
+        if failure.rule in ("fallback-line", "empty-log"):  # a guessed line: never more than half sure
+            failure.confidence = min(failure.confidence or FALLBACK_CONFIDENCE, FALLBACK_CEILING)
+    return failures
+
+
+def failure_of_excerpt(text: str) -> Failure:
+    """The rules' reading of a failed job's log: what the model is trained on."""
+    found = classify_text(text, failed=True, use_model=False)
+    return found[0] if found else Failure(line="", line_no=1, message="")
+
+
+def add_opinions(failures: list[Failure], job_name: str | None = None, model: FailureModel | None = None) -> None:
+    """The model's opinion on each failure, folded into its category (decide). `model`: the
+    default one (trained on the shipped corpus) unless given."""
+    if model is None and failures:
+        model = default_model(failure_of_excerpt)
+    opinions = model.opinions([fields_of(f, job_name) for f in failures]) if model else [None] * len(failures)
+    for failure, opinion in zip(failures, opinions):
+        decide(failure, opinion)
+
+
+def empty_log_failure() -> Failure:
+    """A failed job whose log holds nothing: say so, rather than report no failure."""
+    return Failure(
+        line="", line_no=1, message="the job failed and its log is empty", category="ci_infra",
+        rule="empty-log", title="Failed job with an empty log",
+        explanation="The job failed without writing any output: a step that never started, a runner "
+                    "that went away, or output that was not captured.",
+        suggestion="Open the job on the CI page; re-run it if the runner was lost.",
+        fingerprint=fingerprint("", "", "empty-log"), decided_by="empty-log", confidence=FALLBACK_CONFIDENCE,
+    )
+
+
+def fallback_failure(extractor: Extractor, job_name: str | None = None) -> Failure | None:
+    """The most error-like line of the log's tail (the last one on ties), for a job that
+    failed although no line matched; None for an empty log."""
+    lines = extractor.tail_text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    best, best_score = None, -1
+    for index, raw in enumerate(lines):
+        line = clean_line(raw)
+        if not line.strip():
+            continue
+        score = 10 * len(_ERRORISH.findall(line)) + min(len(line.strip()), 80) // 20
+        if score >= best_score:
+            best, best_score = index, score
+    if best is None:
+        return None
+    line = clean_line(lines[best])
+    failure = Failure(
+        line=line,
+        line_no=extractor.lines_read - (len(lines) - 1 - best),
+        message=line.strip(),
+        context=[clean_line(x) for x in lines[max(0, best - 3):best] + lines[best + 1:best + 4]],
+        evidence=[clean_line(x) for x in lines[max(0, best - MAX_EVIDENCE_LINES):best] if x.strip()],
+        fingerprint=fingerprint("", "", line),
+    )
+    apply_rules(failure, (), job_name, "fallback")
+    if failure.rule == "unclassified":
+        failure.rule = "fallback-line"
+        failure.title = "Failed job: no known failure line; the most error-like line of its log"
+    return failure
 
 
 def to_failure(group: FailureGroup, job_name: str | None = None) -> Failure:
@@ -67,6 +159,8 @@ def to_failure(group: FailureGroup, job_name: str | None = None) -> Failure:
         fingerprint=fingerprint(group.test or "", exception or "", message or best.line),
     )
     evidence = tuple(c.line for c in sorted(group.evidence, key=lambda c: c.line_no) if c is not best)
+    nearby = [line for line in best.neighbourhood if line not in evidence]
+    failure.evidence = [line[:400] for line in (*evidence[:MAX_EVIDENCE_LINES], *nearby)]
     apply_rules(failure, evidence, job_name, best.info.kind)
     return failure
 

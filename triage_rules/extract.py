@@ -1,8 +1,8 @@
 """Failure extraction: one streaming pass over a log, bounded memory, failures best first.
 
 Shape of the pass:
-    text blocks (line aligned) ─▶ str.find of each PREFILTER literal over the block (C speed)
-        ─▶ only lines it hits are cleaned and classified (linekinds)
+    byte blocks (line aligned) ─▶ one multi-literal scan of the block in C (scan.LinePrefilter)
+        ─▶ only lines it hits are decoded, cleaned and classified (linekinds)
         ─▶ candidates are grouped: by test id when the line names one (or sits in that
            test's FAILURES section), otherwise by proximity (one incident = one group)
         ─▶ each group's best line is its primary line; groups are ranked by that score.
@@ -20,19 +20,31 @@ from dataclasses import dataclass, field
 from triage_rules.linekinds import PREFILTER_LITERALS, LineInfo, classify_line
 from triage_rules.readers import clean_line
 from triage_rules.records import Frame
+from triage_rules.scan import LinePrefilter
+
+try:  # a dependency of the learned classifier; only speeds up line counting here
+    import numpy
+except ImportError:  # pragma: no cover
+    numpy = None
 
 LOOKAHEAD_LINES = 40
 LOOKAHEAD_CHARS = 1 << 18
 LOOKBACK_CHARS = 1 << 18
 TRACEBACK_WINDOW = 1 << 16
 CONTEXT_LINES = 3
-CONTEXT_LINE_CHARS = 400  # a 5 KB compiler command line says nothing a person reads in a comment
+CONTEXT_LINE_CHARS = 400
+NEIGHBOURHOOD_BEFORE, NEIGHBOURHOOD_AFTER, NEIGHBOURHOOD_CHARS = 15, 8, 3000  # a 5 KB compiler command line says nothing a person reads in a comment
 MAX_GROUPS = 256
 MAX_EVIDENCE = 24
 MAX_FRAMES = 40
 CLUSTER_GAP = 50  # lines; candidates closer than this without a test id are one incident
+MAX_LINE_CHARS = 1 << 26
+FALLBACK_CHARS = 1 << 16  # the log's tail kept for a failed job whose log matched nothing
 REAL_FAILURE = 40  # groups below this score are wrappers/boilerplate, dropped when a real one exists
 
+_PREFILTER = LinePrefilter(PREFILTER_LITERALS)
+_TRACEBACK = b"Traceback (most recent call last)"
+_CAUSE = b"The above exception was the direct cause"
 _FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?', re.M)
 _WRAPPER_KINDS = frozenset({"gha_exit", "wrapper", "build_wrapper", "summary", "section", "gha_timeout"})
 _EXIT_KINDS = frozenset({"gha_exit", "wrapper"})
@@ -48,6 +60,7 @@ class Candidate:
     test: str | None = None
     context: list[str] = field(default_factory=list)
     frames: list[Frame] = field(default_factory=list)
+    neighbourhood: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -91,52 +104,47 @@ class Extractor:
         self._cluster: tuple | None = None
         self._cluster_last = -(10**9)
         self._cluster_seq = 0
+        self.tail_text = ""
 
-    def run(self, blocks: Iterable[str]) -> list[FailureGroup]:
-        history, tail, line_no = "", "", 1
+    def run(self, blocks: Iterable[bytes]) -> list[FailureGroup]:
+        """Scan a log given as byte blocks, cut anywhere (invalid UTF-8 is decoded with
+        replacement, line by line)."""
+        history, tail, line_no = b"", b"", 1
         ends_with_newline = True
         for block in itertools.chain(blocks, [None]):
             final = block is None
             if block:
-                ends_with_newline = block.endswith("\n")
-            pending = tail + (block or "")
-            commit = len(pending) if final else _commit_point(pending)
-            buf = history + pending
-            start, end = len(history), len(history) + commit
-            self._scan(buf, start, end, line_no)
-            line_no += buf.count("\n", start, end)
+                ends_with_newline = block.endswith(b"\n")
+            buf = b"".join((history, tail, block or b""))
+            start = len(history)
+            end = len(buf) if final else start + _commit_point(buf, start)
+            if end == start and len(buf) - start > MAX_LINE_CHARS:
+                end = len(buf)  # one pathological line: scan it in pieces rather than grow forever
+            line_no = self._scan(buf, start, end, line_no)
             keep_from = max(0, end - LOOKBACK_CHARS)
             if keep_from:
-                nl = buf.find("\n", keep_from, end)
+                nl = buf.find(b"\n", keep_from, end)
                 keep_from = nl + 1 if nl >= 0 else end
-            history, tail = buf[keep_from:end], pending[commit:]
+            history, tail = buf[keep_from:end], buf[end:]
         self.lines_read = line_no - (1 if ends_with_newline else 0)
+        self.tail_text = history[-FALLBACK_CHARS:].decode("utf-8", "replace")
         return self._ranked()
 
     # -- the hot loop -------------------------------------------------------------------
-    def _scan(self, buf: str, start: int, end: int, line_no: int) -> None:
-        """Examine, in order, every line of buf[start:end] holding a prefilter literal."""
-        find, rfind = buf.find, buf.rfind
-        line_starts: set[int] = set()
-        for literal in PREFILTER_LITERALS:
-            hit = find(literal, start, end)
-            while hit >= 0:
-                line_starts.add(rfind("\n", 0, hit) + 1)
-                line_end = find("\n", hit, end)
-                if line_end < 0:
-                    break
-                hit = find(literal, line_end, end)
-        counted_pos, count = start, buf.count
-        for line_start in sorted(line_starts):
-            line_no += count("\n", counted_pos, line_start)
+    def _scan(self, buf: bytes, start: int, end: int, line_no: int) -> int:
+        """Examine, in order, every line of buf[start:end] the prefilter reports; return the
+        line number after `end`."""
+        counted_pos, count, find = start, _newlines(buf), buf.find
+        for line_start in _PREFILTER.line_starts(buf, start, end):
+            line_no += count(b"\n", counted_pos, line_start)
             counted_pos = line_start
-            line_end = find("\n", line_start)
-            self._examine(buf, line_start, len(buf) if line_end < 0 else line_end, line_no)
+            line_end = find(b"\n", line_start, end)
+            self._examine(buf, line_start, end if line_end < 0 else line_end, line_no)
+        return line_no + count(b"\n", counted_pos, end)
 
     # -- one candidate line -------------------------------------------------------------
-    def _examine(self, buf: str, ls: int, le: int, line_no: int) -> None:
-        line = clean_line(buf[ls:le])
-        info = classify_line(line)
+    def _examine(self, buf: bytes, ls: int, le: int, line_no: int) -> None:
+        info = classify_line(line := clean_line(buf[ls:le].decode("utf-8", "replace")))
         if info is None:
             return
         if info.ends_test:
@@ -153,11 +161,13 @@ class Extractor:
             cand.frames = frames
             if teardown:
                 cand.score -= 40  # an exception while shutting down, after the real failure
-            if "The above exception was the direct cause" in buf[le:le + 400]:
+            if buf.find(_CAUSE, le, le + 400) >= 0:
                 cand.score -= 15  # the chained exception that follows carries more context
         elif info.frame:
             cand.frames = [Frame(info.frame[0], info.frame[1], "")]
         cand.context = _context(buf, ls, le)
+        if cand.score >= REAL_FAILURE - 10:
+            cand.neighbourhood = _neighbourhood(buf, ls, le)
         group = self._group_for(cand)
         group.add(cand)
         if info.kind in _EXIT_KINDS:
@@ -176,62 +186,77 @@ class Extractor:
             key = self._cluster
         group = self.groups.get(key)
         if group is None:
-            if len(self.groups) >= MAX_GROUPS:
-                weakest = min(self.groups.values(), key=lambda g: (g.best.score, -g.best.line_no))
-                del self.groups[weakest.key]
+            if len(self.groups) >= 2 * MAX_GROUPS:  # prune in batches: amortised O(1) per group
+                keep = sorted(self.groups.values(), key=lambda g: (-g.best.score, g.best.line_no))[:MAX_GROUPS - 1]
+                self.groups = {g.key: g for g in sorted(keep, key=lambda g: g.best.line_no)}
             group = self.groups[key] = FailureGroup(key, cand, [], cand.test)
         return group
 
     def _ranked(self) -> list[FailureGroup]:
-        ranked = sorted(self.groups.values(), key=lambda g: (-g.best.score, g.best.line_no))
+        ranked = sorted(self.groups.values(), key=lambda g: (-g.best.score, g.best.line_no))[:MAX_GROUPS]
         if ranked and ranked[0].best.score >= REAL_FAILURE:
             return [g for g in ranked if g.best.score >= REAL_FAILURE]
         return ranked[:1]
 
 
-def _commit_point(pending: str) -> int:
-    """Where the scannable part of `pending` ends: keep the last lines back as look-ahead."""
-    floor = max(0, len(pending) - LOOKAHEAD_CHARS)
-    idx = len(pending) - 1
+def _commit_point(buf: bytes, start: int) -> int:
+    """How much of buf[start:] to scan now: the last lines stay back as look-ahead."""
+    floor = max(start, len(buf) - LOOKAHEAD_CHARS)
+    idx = len(buf) - 1
     for _ in range(LOOKAHEAD_LINES):
-        idx = pending.rfind("\n", floor, idx)
+        idx = buf.rfind(b"\n", floor, idx)
         if idx < 0:
-            return 0 if floor == 0 else pending.find("\n", floor) + 1
-    return idx + 1
+            nl = buf.find(b"\n", floor) if floor > start else -1
+            return 0 if nl < 0 else nl + 1 - start
+    return idx + 1 - start
 
 
-def _context(buf: str, ls: int, le: int) -> list[str]:
+def _line(buf: bytes, start: int, end: int) -> str:
+    return clean_line(buf[start:end].decode("utf-8", "replace"))
+
+
+def _context(buf: bytes, ls: int, le: int) -> list[str]:
     before: list[str] = []
     pos = ls
     for _ in range(CONTEXT_LINES):
         if pos <= 0:
             break
-        prev = buf.rfind("\n", 0, pos - 1) + 1
-        before.append(clean_line(buf[prev:pos - 1]))
+        prev = buf.rfind(b"\n", 0, pos - 1) + 1
+        before.append(_line(buf, prev, pos - 1))
         pos = prev
     after: list[str] = []
     pos = le + 1
     for _ in range(CONTEXT_LINES):
         if pos >= len(buf):
             break
-        nxt = buf.find("\n", pos)
+        nxt = buf.find(b"\n", pos)
         nxt = len(buf) if nxt < 0 else nxt
-        after.append(clean_line(buf[pos:nxt]))
+        after.append(_line(buf, pos, nxt))
         pos = nxt + 1
     return [_clip(text) for text in before[::-1] + after]
+
+
+def _neighbourhood(buf: bytes, ls: int, le: int) -> list[str]:
+    """Up to NEIGHBOURHOOD_BEFORE lines before and NEIGHBOURHOOD_AFTER after a candidate (one
+    decode of a bounded window): what the learned model reads around the primary line."""
+    lo = max(0, ls - NEIGHBOURHOOD_CHARS)
+    hi = min(len(buf), le + NEIGHBOURHOOD_CHARS // 2)
+    before = buf[lo:ls].decode("utf-8", "replace").split("\n")[-NEIGHBOURHOOD_BEFORE - 1:-1]
+    after = buf[le:hi].decode("utf-8", "replace").split("\n")[1:NEIGHBOURHOOD_AFTER + 1]
+    return [_clip(clean_line(text)) for text in before + after if text.strip()]
 
 
 def _clip(text: str) -> str:
     return text if len(text) <= CONTEXT_LINE_CHARS else text[:CONTEXT_LINE_CHARS] + " …"
 
 
-def _python_traceback(buf: str, ls: int) -> tuple[list[Frame], bool]:
+def _python_traceback(buf: bytes, ls: int) -> tuple[list[Frame], bool]:
     """Frames of the traceback that ends at the exception line at `ls`, and whether it was
     raised during teardown (`Exception ignored in ...`)."""
-    header = buf.rfind("Traceback (most recent call last)", max(0, ls - TRACEBACK_WINDOW), ls)
+    header = buf.rfind(_TRACEBACK, max(0, ls - TRACEBACK_WINDOW), ls)
     if header < 0:
         return [], False
-    body = buf[header:ls].split("\n")[1:-1]
+    body = buf[header:ls].decode("utf-8", "replace").split("\n")[1:-1]
     stray = sum(1 for raw in body if (text := clean_line(raw)) and not text[0].isspace())
     if stray > 3:
         return [], False  # that header belongs to an earlier traceback
@@ -239,19 +264,19 @@ def _python_traceback(buf: str, ls: int) -> tuple[list[Frame], bool]:
         Frame(m.group("file"), int(m.group("line")), (m.group("func") or "").strip())
         for m in _FRAME_RE.finditer("\n".join(clean_line(raw) for raw in body))
     ]
-    teardown = "Exception ignored" in buf[max(0, header - 400):header]
+    teardown = buf.find(b"Exception ignored", max(0, header - 400), header) >= 0
     return frames[-MAX_FRAMES:], teardown
 
 
-def _last_output_before(buf: str, ls: int, line_no: int) -> Candidate | None:
+def _last_output_before(buf: bytes, ls: int, line_no: int) -> Candidate | None:
     """The last line a failing step printed before its exit wrapper: the best guess when a
     script fails without any recognisable error line."""
     pos = ls
     for back in range(1, 7):
         if pos <= 0:
             return None
-        prev = buf.rfind("\n", 0, pos - 1) + 1
-        text = clean_line(buf[prev:pos - 1])
+        prev = buf.rfind(b"\n", 0, pos - 1) + 1
+        text = _line(buf, prev, pos - 1)
         pos = prev
         stripped = text.strip()
         if not stripped or stripped.startswith(("##[", "+ ", "++ ")):
@@ -262,3 +287,18 @@ def _last_output_before(buf: str, ls: int, line_no: int) -> Candidate | None:
         fallback = LineInfo("last_output", 32, message=stripped)
         return Candidate(line_no - back, text, fallback, fallback.score)
     return None
+
+
+def _newlines(buf: bytes):
+    """A `bytes.count(b"\n", start, end)` that is fast on long spans: numpy compares a whole
+    span with SIMD, where bytes.count loops byte by byte."""
+    if numpy is None:
+        return buf.count
+    array = numpy.frombuffer(buf, dtype=numpy.uint8)
+
+    def count(_newline: bytes, start: int, end: int) -> int:
+        if end - start < 4096:
+            return buf.count(b"\n", start, end)
+        return int(numpy.count_nonzero(array[start:end] == 10))
+
+    return count

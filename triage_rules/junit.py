@@ -126,7 +126,7 @@ def _float(value: str | None) -> float:
 
 def failures_from_junit(text: str, *, job_name: str | None = None) -> list[Failure]:
     """One Failure per failed or errored test case; the case's own output picks the primary line."""
-    from triage_rules.engine import apply_rules, classify_blocks
+    from triage_rules.engine import add_opinions, apply_rules, classify_blocks
     from triage_rules.fingerprint import fingerprint
 
     failures: list[Failure] = []
@@ -134,7 +134,7 @@ def failures_from_junit(text: str, *, job_name: str | None = None) -> list[Failu
         if case.outcome not in ("failed", "error"):
             continue
         body = "\n".join(part for part in (case.message, case.text) if part)
-        inner = classify_blocks([body + "\n"], job_name=job_name) if body.strip() else []
+        inner = classify_blocks([body + "\n"], job_name=job_name, failed=True, use_model=False) if body.strip() else []
         if inner:
             failure = inner[0]
             failure.line_no = case.line_no
@@ -147,4 +147,5 @@ def failures_from_junit(text: str, *, job_name: str | None = None) -> list[Failu
                               fingerprint=fingerprint(case.test_id, case.outcome, case.message))
             apply_rules(failure, (), job_name)
         failures.append(failure)
+    add_opinions(failures, job_name)  # once the test ids are known: they are evidence too
     return sorted(failures, key=lambda f: f.line_no)  # the order the report lists them

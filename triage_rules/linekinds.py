@@ -18,6 +18,7 @@ Score bands (what beats what):
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -47,6 +48,10 @@ PREFILTER_LITERALS: tuple[str, ...] = (
     "Killed", "Segmentation", "dumped", "No space", "registered", "Missing", "undefined ref",
     "kernel '", "Unsupported", "SymNode", "Lint for", "____ ", "=====", "rate limit", "efusing",
     "maximum", "dirty",
+    # Problems stated without the word error (device labs, QNN, numerics, linters): found by
+    # the `problem` kind below, which only wins when a log holds nothing stronger.
+    "upported", "imeout", "imed out", "ismatch", "efused", "uthoriz", "annot ", "nable to", "ould not",
+    "not found", "not equal", "not close", "xceed", "eformat", "nvalid", "bort", "ffline",
 )
 # The same set as one regex, for tools that want a pattern (ripgrep in bench/classify.py).
 PREFILTER = re.compile("|".join(re.escape(literal) for literal in PREFILTER_LITERALS))
@@ -147,6 +152,10 @@ _KINDS: list[tuple[str, re.Pattern[str], int]] = [
     ("logging_error", re.compile(r"^(?:ERROR|CRITICAL|FATAL)(?::|\s+)[\w.]+:(?P<msg>.*)"), 35),
     ("generic_error", re.compile(r"^(?:error|fatal|Error|ERROR|FATAL|Fatal)(?:\[\w+\])?: (?P<msg>.*)"), 45),
     ("numerical", re.compile(r"Tensor-likes are not (?:close|equal)|[Mm]ismatched elements|not allclose|outputs? mismatch"), 55),
+    ("problem", re.compile(
+        r"(?i)\b(?:not supported|unsupported|timed? ?out|timeout|mismatch\w*|refused|unauthori[sz]ed|cannot|can't"
+        r"|could not|unable to|not found|not equal|not close|exceed(?:ed|s)?|would be reformatted|invalid|abort(?:ed|ing)?"
+        r"|offline)\b"), 36),
     ("failed_word", re.compile(r"\b(?:[Ff]ailed|FAILED|[Ee]rror|ERROR|[Ff]atal)\b"), 25),
 ]
 _KIND_INDEX = {name: (pattern, score) for name, pattern, score in _KINDS}
@@ -166,8 +175,12 @@ _BONUSES = [
 ]
 
 
+@functools.lru_cache(maxsize=16384)
 def classify_line(line: str) -> LineInfo | None:
-    """The kind and score of a cleaned line, or None when it says nothing about a failure."""
+    """The kind and score of a cleaned line, or None when it says nothing about a failure.
+
+    A pure function of the line, cached: CI logs repeat the same lines (warnings, retries, the
+    same error per test) and a cached answer costs a dict look-up instead of forty regexes."""
     command = None
     content = line
     if line.startswith("##["):

@@ -6,7 +6,6 @@ numbers of the original input.
 """
 from __future__ import annotations
 
-import codecs
 import io
 import os
 import re
@@ -53,45 +52,29 @@ def check_path(path: str | os.PathLike) -> None:
         raise LogReadError(f"{path}: is a directory, not a log")
 
 
-def iter_text_blocks(stream: io.RawIOBase | io.BufferedIOBase, block_size: int = BLOCK_SIZE) -> Iterator[str]:
-    """Decode a binary stream into text blocks that each end at a line boundary.
+def iter_text_blocks(stream: io.RawIOBase | io.BufferedIOBase, block_size: int = BLOCK_SIZE) -> Iterator[bytes]:
+    """A binary stream as blocks of bytes, cut anywhere (the extractor finds line boundaries).
 
-    Invalid UTF-8 is replaced (a log with a stray byte is still a log); NUL bytes in the
-    first block mean the input is not a log at all.
+    The blocks stay bytes: the extractor decodes only the lines it examines (invalid UTF-8 is
+    replaced there: a log with a stray byte is still a log). NUL bytes in the first block mean
+    the input is not a log at all.
     """
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    carry = ""
-    first = True
-    while True:
+    chunk = stream.read(block_size)
+    if b"\x00" in chunk[:BINARY_SNIFF]:
+        raise LogReadError("binary file, not a log")
+    while chunk:
+        yield chunk
         chunk = stream.read(block_size)
-        if first:
-            first = False
-            if b"\x00" in chunk[:BINARY_SNIFF]:
-                raise LogReadError("binary file, not a log")
-        if not chunk:
-            tail = carry + decoder.decode(b"", final=True)
-            if tail:
-                yield tail
-            return
-        text = carry + decoder.decode(chunk)
-        cut = text.rfind("\n") + 1
-        if cut == 0:
-            carry = text  # one very long line so far; keep reading
-            if len(carry) > 16 * block_size:
-                yield carry  # pathological single line: hand it over rather than grow forever
-                carry = ""
-            continue
-        carry = text[cut:]
-        yield text[:cut]
 
 
-def iter_blocks_of_text(text: str, block_size: int = BLOCK_SIZE) -> Iterator[str]:
-    """Split an in-memory log into line-aligned blocks (same shape as iter_text_blocks)."""
-    start, n = 0, len(text)
+def iter_blocks_of_text(text: str, block_size: int = BLOCK_SIZE) -> Iterator[bytes]:
+    """An in-memory log as line-aligned byte blocks (same shape as iter_text_blocks)."""
+    data = text.encode("utf-8", "surrogatepass")
+    start, n = 0, len(data)
     while start < n:
         end = min(n, start + block_size)
         if end < n:
-            nl = text.rfind("\n", start, end)
-            end = nl + 1 if nl >= start else (text.find("\n", end) + 1 or n)
-        yield text[start:end]
+            nl = data.rfind(b"\n", start, end)
+            end = nl + 1 if nl >= start else (data.find(b"\n", end) + 1 or n)
+        yield data[start:end]
         start = end

@@ -55,6 +55,14 @@ class Failure:
     # True when the rule says the environment (SDK, runner, device, runtime build), not the
     # change under test, is at fault. The pipeline turns this into the `environment` verdict.
     environment: bool = False
+    # Other lines of the same incident (the extractor's evidence), for the model and readers.
+    evidence: list[str] = field(default_factory=list)
+    # How the category was decided: a rule's id, or "model" (the learned second opinion), and
+    # how sure that is (0..1). `looks_like`: the nearest labelled corpus records, each
+    # {"source", "category", "line", "similarity"}: similar failures seen in public history.
+    decided_by: str = ""
+    confidence: float = 0.0
+    looks_like: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         data = asdict(self)

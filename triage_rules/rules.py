@@ -7,6 +7,7 @@ A rule file holds `rules:`, a list of mappings:
       title: ExecuTorch backend not registered in the runtime
       priority: 90                         # higher wins when several rules match
       environment: true                    # the environment, not the change, is at fault
+      strength: strong                     # strong (default) | weak (generic) | certain
       match:                               # every listed matcher must match (regex search)
         line: 'Backend (?P<backend>\\w+) is not registered'
       explanation: "The runtime has no {backend} backend ..."   # {captures}, {test}, ...
@@ -32,7 +33,12 @@ from triage_rules.records import CATEGORIES
 RULES_DIR = Path(__file__).with_name("rules")
 OWNERS_FILE = Path(__file__).with_name("owners.yaml")
 
-RULE_KEYS = frozenset({"id", "category", "title", "priority", "match", "explanation", "suggestion", "owners", "environment"})
+RULE_KEYS = frozenset({"id", "category", "title", "priority", "match", "explanation", "suggestion", "owners",
+                       "environment", "strength"})
+# How much a match says (see triage_rules/decide.py): `strong` (default) a specific rule the
+# model rarely overrules; `weak` a generic one (a bare exception, "a test failed") that a
+# confident model overrules; `certain` etriage's own probes, never overruled.
+STRENGTHS = ("strong", "weak", "certain")
 REQUIRED_KEYS = frozenset({"id", "category", "title", "priority", "match", "explanation"})
 MATCH_KEYS = frozenset({"line", "primary", "message", "exception", "test", "frame", "job"})
 _TEMPLATE_FIELD_RE = re.compile(r"^\{(\w+)\}$")
@@ -53,6 +59,7 @@ class Rule:
     suggestion: str = ""
     owners: tuple[str, ...] = ()
     environment: bool = False
+    strength: str = "strong"
     source: str = ""  # file:line, for messages
 
 
@@ -142,6 +149,9 @@ def _parse_rule(entry: object, source: str) -> Rule:
             raise RuleError(f"{source}:{lines[text_key]}: {text_key} of {rule_id!r} must be non-empty text")
     if "environment" in entry and not isinstance(entry["environment"], bool):
         raise RuleError(f"{source}:{lines['environment']}: environment of {rule_id!r} must be true or false")
+    strength = entry.get("strength", "strong")
+    if strength not in STRENGTHS:
+        raise RuleError(f"{source}:{lines['strength']}: strength of {rule_id!r} must be one of {', '.join(STRENGTHS)}")
     owners = entry.get("owners", [])
     if not isinstance(owners, list) or not all(isinstance(o, str) and o[:1] in "@/" for o in owners):
         raise RuleError(f"{source}:{lines.get('owners', line)}: owners of {rule_id!r} must be a list of @handles or /paths/")
@@ -160,6 +170,7 @@ def _parse_rule(entry: object, source: str) -> Rule:
         suggestion=entry.get("suggestion", "").strip(),
         owners=tuple(owners),
         environment=entry.get("environment", False),
+        strength=strength,
         source=where,
     )
 
@@ -201,6 +212,11 @@ def load_rules(directory: Path = RULES_DIR) -> list[Rule]:
 def default_rules(directory: Path = RULES_DIR) -> tuple[Rule, ...]:
     """The compiled rule set, loaded once per process."""
     return tuple(load_rules(directory))
+
+
+@functools.lru_cache(maxsize=4)
+def rules_by_id(directory: Path = RULES_DIR) -> dict[str, Rule]:
+    return {rule.id: rule for rule in default_rules(directory)}
 
 
 def match_rules(rules: tuple[Rule, ...] | list[Rule], subject: Subject) -> RuleMatch | None:

@@ -1,0 +1,174 @@
+"""`etriage eval CORPUS.jsonl`: how well the engine names the category of real failures.
+
+The model used is trained on the training part (`--train`, default the shipped train.jsonl)
+less any thread that also appears in the evaluated file, so a figure is never measured on what
+the model learnt from. `--cv K` instead runs K-fold cross-validation grouped by source thread
+on the training part: the figure used to choose the model's parameters.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from triage_rules.corpus import TRAIN_FILE, CorpusError, Record, load_corpus
+from triage_rules.engine import add_opinions, classify_text, failure_of_excerpt
+from triage_rules.model import FailureModel, train
+from triage_rules.records import CATEGORIES
+
+FOCUS = ("multi_method_lowering", "mutable_buffer", "qnn_sdk_or_toolchain", "qnn_op_validation", "device_infra")
+
+
+@dataclass
+class Outcome:
+    record: Record
+    predicted: str
+    rules_only: str
+    decided_by: str
+    confidence: float
+    line_found: bool  # the primary line is the labelled failure line
+    no_failure: bool  # without --failed the engine found nothing
+
+
+@dataclass
+class Report:
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        total = len(self.outcomes)
+        per: dict[str, dict] = {}
+        confusion: dict[str, Counter] = defaultdict(Counter)
+        for o in self.outcomes:
+            confusion[o.record.category][o.predicted] += 1
+        for category in CATEGORIES:
+            support = sum(confusion[category].values())
+            predicted = sum(confusion[c][category] for c in confusion)
+            hits = confusion[category][category]
+            per[category] = {
+                "support": support,
+                "accuracy": _ratio(hits, support),
+                "precision": _ratio(hits, predicted),
+                "recall": _ratio(hits, support),
+                "rules_only_accuracy": _ratio(sum(o.rules_only == category for o in self.outcomes
+                                                  if o.record.category == category), support),
+            }
+        pairs = Counter({(t, p): n for t, row in confusion.items() for p, n in row.items() if t != p})
+        return {
+            "records": total,
+            "accuracy": _ratio(sum(o.predicted == o.record.category for o in self.outcomes), total),
+            "rules_only_accuracy": _ratio(sum(o.rules_only == o.record.category for o in self.outcomes), total),
+            "focus_accuracy": {c: per[c]["accuracy"] for c in FOCUS},
+            "decided_by_rule": _ratio(sum(o.decided_by != "model" for o in self.outcomes), total),
+            "decided_by_model": _ratio(sum(o.decided_by == "model" for o in self.outcomes), total),
+            "no_failure_without_failed": _ratio(sum(o.no_failure for o in self.outcomes), total),
+            "primary_line_is_labelled_line": _ratio(sum(o.line_found for o in self.outcomes), total),
+            "per_category": per,
+            "confusion": {t: dict(row) for t, row in sorted(confusion.items())},
+            "worst_pairs": [{"true": t, "predicted": p, "count": n} for (t, p), n in pairs.most_common(8)],
+        }
+
+
+def _ratio(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def evaluate(records: list[Record], model: FailureModel | None) -> Report:
+    report = Report()
+    for record in records:
+        found = classify_text(record.excerpt, failed=True, use_model=False)
+        failure = found[0]
+        rules_only = failure.category
+        add_opinions([failure], model=model)
+        clean = classify_text(record.excerpt, use_model=False)
+        report.outcomes.append(Outcome(
+            record, failure.category, rules_only, failure.decided_by, failure.confidence,
+            line_found=failure.line.strip() == record.failure_line.strip(), no_failure=not clean))
+    return report
+
+
+def cross_validate(records: list[Record], folds: int = 5, **params) -> list[dict]:
+    """Grouped K-fold by thread over `records`: per fold, train on the rest and evaluate."""
+    from sklearn.model_selection import GroupKFold
+
+    groups = [r.thread for r in records]
+    results = []
+    for fit_index, test_index in GroupKFold(n_splits=folds).split(records, groups=groups):
+        model = train([records[i] for i in fit_index], failure_of_excerpt, **params)
+        results.append(evaluate([records[i] for i in test_index], model).summary())
+    return results
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("corpus", metavar="CORPUS.jsonl", help="labelled records to evaluate")
+    parser.add_argument("--train", default=str(TRAIN_FILE), help="training records (default: the shipped train.jsonl)")
+    parser.add_argument("--cv", type=int, metavar="K", default=0,
+                        help="grouped K-fold cross-validation on CORPUS instead (use the training part)")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        records = load_corpus(args.corpus)
+        if args.cv:
+            folds = cross_validate(records, args.cv)
+            summary = _mean(folds)
+        else:
+            threads = {r.thread for r in records}
+            training = [r for r in load_corpus(args.train) if r.thread not in threads]
+            model = train(training, failure_of_excerpt) if training else None
+            summary = evaluate(records, model).summary()
+            summary["trained_on"] = len(training)
+    except CorpusError as exc:
+        print(f"etriage eval: {exc}", file=sys.stderr)
+        return 2
+    if args.format == "json":
+        print(json.dumps(summary, indent=1))
+    else:
+        print(render(summary))
+    return 0
+
+
+def _mean(folds: list[dict]) -> dict:
+    keys = ("accuracy", "rules_only_accuracy", "decided_by_model", "no_failure_without_failed",
+            "primary_line_is_labelled_line")
+    out = {k: round(sum(f[k] or 0 for f in folds) / len(folds), 4) for k in keys}
+    out["records"] = sum(f["records"] for f in folds)
+    out["folds"] = [f["accuracy"] for f in folds]
+    out["focus_accuracy"] = {c: _mean_of([f["focus_accuracy"][c] for f in folds]) for c in FOCUS}
+    return out
+
+
+def _mean_of(values: list) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(sum(present) / len(present), 4) if present else None
+
+
+def render(summary: dict) -> str:
+    pct = lambda v: "  n/a" if v is None else f"{100 * v:5.1f}%"  # noqa: E731
+    lines = [f"records: {summary['records']}" + (f" (model trained on {summary['trained_on']})" if "trained_on" in summary else ""),
+             f"accuracy: {pct(summary['accuracy'])}   rules alone: {pct(summary['rules_only_accuracy'])}"]
+    if "folds" in summary:
+        lines.append("folds: " + " ".join(pct(a) for a in summary["folds"]))
+    lines.append(f"no failure found without --failed: {pct(summary['no_failure_without_failed'])}   "
+                 f"primary line = labelled line: {pct(summary['primary_line_is_labelled_line'])}")
+    if "decided_by_rule" in summary:
+        lines.append(f"decided by a rule: {pct(summary['decided_by_rule'])}   by the model: {pct(summary['decided_by_model'])}")
+    lines.append("focus categories: " + ", ".join(f"{c} {pct(v)}" for c, v in summary["focus_accuracy"].items()))
+    if "per_category" in summary:
+        lines.append("")
+        lines.append(f"{'category':24} {'n':>4} {'precision':>9} {'recall':>7} {'rules':>7}")
+        for category, row in summary["per_category"].items():
+            lines.append(f"{category:24} {row['support']:>4} {pct(row['precision']):>9} {pct(row['recall']):>7} "
+                         f"{pct(row['rules_only_accuracy']):>7}")
+        lines.append("")
+        lines.append("worst confusions (true -> predicted: count):")
+        lines.extend(f"  {p['true']} -> {p['predicted']}: {p['count']}" for p in summary["worst_pairs"])
+        lines.append("")
+        lines.append("confusion matrix (rows: true, columns: predicted):")
+        short = {c: c[:6] for c in CATEGORIES}
+        lines.append(" " * 24 + " ".join(f"{short[c]:>6}" for c in CATEGORIES))
+        for true, row in summary["confusion"].items():
+            lines.append(f"{true:24}" + " ".join(f"{row.get(c, 0) or '.':>6}" for c in CATEGORIES))
+    return "\n".join(lines)
