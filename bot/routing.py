@@ -38,7 +38,19 @@ class Ignore:
 
 
 class PayloadError(ValueError):
-    """The payload lacks a field its event must have (answered with 400)."""
+    """The payload lacks a field its event must have, or has it with the wrong type (400)."""
+
+
+# What each kind of field must be; bool is not an id even though Python counts it as an int.
+KINDS = {str: "a string", int: "an integer", bool: "true or false", dict: "an object"}
+
+
+def _check(name: str, dotted: str, value, kind: type | None):
+    if kind is None or value is None:
+        return value
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise PayloadError(f"{name} payload's {dotted} must be {KINDS[kind]}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -48,18 +60,18 @@ class Event:
     payload: dict
     bot_login: str
 
-    def get(self, dotted: str):
-        """A field the event must have: `get("pull_request.head.sha")`."""
+    def get(self, dotted: str, kind: type | None = None):
+        """A field the event must have, of `kind` when given: `get("pull_request.head.sha", str)`."""
         parent, _, key = dotted.rpartition(".")
         section = self.section(parent) if parent else self.payload
-        if key not in section:
+        if section.get(key) is None:
             raise PayloadError(f"{self.name} payload has no {dotted}")
-        return section[key]
+        return _check(self.name, dotted, section[key], kind)
 
-    def optional(self, dotted: str):
-        """A field that may be absent (its parent must be there): None when missing."""
+    def optional(self, dotted: str, kind: type | None = None):
+        """A field that may be absent or null (its parent must be there): None then."""
         parent, _, key = dotted.rpartition(".")
-        return (self.section(parent) if parent else self.payload).get(key)
+        return _check(self.name, dotted, (self.section(parent) if parent else self.payload).get(key), kind)
 
     def section(self, dotted: str) -> dict:
         value = self.payload
@@ -71,11 +83,12 @@ class Event:
 
     @property
     def repo(self) -> str:
-        return self.get("repository.full_name")
+        return self.get("repository.full_name", str)
 
     @property
     def installation_id(self) -> int | None:
-        return (self.payload.get("installation") or {}).get("id")
+        installation = _check(self.name, "installation", self.payload.get("installation"), dict)
+        return _check(self.name, "installation.id", (installation or {}).get("id"), int)
 
 
 Handler = Callable[[Event], "Enqueue | Ignore"]
@@ -93,7 +106,7 @@ def on(event: str, *actions: str) -> Callable[[Handler], Handler]:
 
 def route(name: str, payload: dict, bot_login: str) -> Enqueue | Ignore:
     """The work one delivery asks for; raises PayloadError when a needed field is missing."""
-    action = payload.get("action")
+    action = _check(name, "action", payload.get("action"), str)
     handler = HANDLERS.get((name, action))
     if handler is None:
         known_event = any(event == name for event, _ in HANDLERS)
@@ -104,13 +117,13 @@ def route(name: str, payload: dict, bot_login: str) -> Enqueue | Ignore:
 
 @on("pull_request", "opened", "reopened", "synchronize", "ready_for_review")
 def triage_the_pull_request(event: Event) -> Enqueue | Ignore:
-    pr = event.get("pull_request.number")
-    if event.optional("pull_request.draft"):
+    pr = event.get("pull_request.number", int)
+    if event.optional("pull_request.draft", bool):
         return Ignore(f"#{pr} is a draft: triage starts when it is marked ready for review")
-    head_sha = event.get("pull_request.head.sha")
+    head_sha = event.get("pull_request.head.sha", str)
     return Enqueue(
         "triage_pr",
-        (event.repo, pr, head_sha, event.get("pull_request.base.ref"), event.installation_id),
+        (event.repo, pr, head_sha, event.get("pull_request.base.ref", str), event.installation_id),
         {"reason": f"pull_request.{event.action}"},
         f"triage {event.repo}#{pr} at {head_sha[:12]}",
     )
@@ -118,38 +131,39 @@ def triage_the_pull_request(event: Event) -> Enqueue | Ignore:
 
 @on("pull_request", "closed")
 def forget_the_closed_pull_request(event: Event) -> Enqueue:
-    pr = event.get("pull_request.number")
+    pr = event.get("pull_request.number", int)
     return Enqueue("pr_closed", (event.repo, pr, event.installation_id), {}, f"close {event.repo}#{pr}")
 
 
 @on("workflow_run", "completed")
 def triage_the_failed_workflow_run(event: Event) -> Enqueue | Ignore:
-    return _ci_failure(event, "workflow_run", run_id=event.get("workflow_run.id"))
+    return _ci_failure(event, "workflow_run", run_id=event.get("workflow_run.id", int))
 
 
 @on("workflow_job", "completed")
 def triage_the_failed_workflow_job(event: Event) -> Enqueue | Ignore:
     return _ci_failure(
         event, "workflow_job",
-        run_id=event.optional("workflow_job.run_id"), job_id=event.get("workflow_job.id"),
+        run_id=event.optional("workflow_job.run_id", int), job_id=event.get("workflow_job.id", int),
     )
 
 
 @on("check_suite", "completed")
 def triage_the_failed_check_suite(event: Event) -> Enqueue | Ignore:
-    app_slug = ((event.optional("check_suite.app") or {}).get("slug") or "").lower()
+    app = event.optional("check_suite.app", dict) or {}
+    app_slug = (_check(event.name, "check_suite.app.slug", app.get("slug"), str) or "").lower()
     if app_slug == "github-actions":
         return Ignore("check suite of GitHub Actions: handled through workflow_run/workflow_job")
     if app_slug and app_slug == commands.login_stem(event.bot_login).lower():
         return Ignore("the bot's own check suite")
-    return _ci_failure(event, "check_suite", check_suite_id=event.get("check_suite.id"))
+    return _ci_failure(event, "check_suite", check_suite_id=event.get("check_suite.id", int))
 
 
 def _ci_failure(event: Event, kind: str, **ids) -> Enqueue | Ignore:
-    conclusion = event.optional(f"{kind}.conclusion")
+    conclusion = event.optional(f"{kind}.conclusion", str)
     if conclusion not in FAILED_CONCLUSIONS:
         return Ignore(f"{kind} concluded {conclusion or 'without a conclusion'}: no failure to triage")
-    head_sha = event.get(f"{kind}.head_sha")
+    head_sha = event.get(f"{kind}.head_sha", str)
     return Enqueue(
         "ci_completed", (event.repo, head_sha, event.installation_id), ids,
         f"{kind} {conclusion} on {event.repo} at {head_sha[:12]}",
@@ -160,17 +174,19 @@ def _ci_failure(event: Event, kind: str, **ids) -> Enqueue | Ignore:
 def run_the_commands_in_the_comment(event: Event) -> Enqueue | Ignore:
     if "pull_request" not in event.section("issue"):
         return Ignore("comment on an issue, not on a pull request")
-    author = event.get("comment.user.login")
-    author_type = event.optional("comment.user.type") or "User"
+    author = event.get("comment.user.login", str)
+    author_type = event.optional("comment.user.type", str) or "User"
     if commands.is_bot(author, author_type, event.bot_login):
         return Ignore(f"comment by the bot {author!r}: bots are never answered")
-    body = event.optional("comment.body") or ""
-    previous = ((event.payload.get("changes") or {}).get("body") or {}).get("from")
+    body = event.optional("comment.body", str) or ""
+    changes = event.optional("changes", dict) or {}
+    previous = _check(event.name, "changes.body.from",
+                      (_check(event.name, "changes.body", changes.get("body"), dict) or {}).get("from"), str)
     if event.action == "edited" and previous is None:
         return Ignore("edit without a body change")
     if not commands.new_commands(previous, body, event.bot_login):
         return Ignore("no new /etriage command in the comment")
-    pr, comment_id = event.get("issue.number"), event.get("comment.id")
+    pr, comment_id = event.get("issue.number", int), event.get("comment.id", int)
     return Enqueue(
         "comment",
         (event.repo, pr, comment_id, event.installation_id),
@@ -182,8 +198,8 @@ def run_the_commands_in_the_comment(event: Event) -> Enqueue | Ignore:
 
 @on("installation", "created", "deleted", "suspend", "unsuspend", "new_permissions_accepted")
 def record_the_installation(event: Event) -> Enqueue:
-    installation_id = event.get("installation.id")
-    account = event.get("installation.account.login")
+    installation_id = event.get("installation.id", int)
+    account = event.get("installation.account.login", str)
     return Enqueue(
         "installation", (installation_id, account, event.action), {},
         f"installation {installation_id} {event.action} for {account}",

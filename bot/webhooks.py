@@ -8,7 +8,8 @@ is parsed, and the delivery id is claimed in Redis (SET NX) before anything is e
 | 202 queued | the work was handed to tasks.dispatch |
 | 202 ignored | an event, action or payload etriage has nothing to do for (detail says why) |
 | 200 pong / duplicate | a ping; a delivery id already processed (redelivery) |
-| 400 | missing X-GitHub-Event / X-GitHub-Delivery, malformed JSON, payload lacks a field |
+| 400 | missing X-GitHub-Event / X-GitHub-Delivery, malformed or too deeply nested JSON, payload |
+|     | lacks a field the router reads or has it with the wrong type |
 | 401 | X-Hub-Signature-256 missing or not made with any configured secret |
 | 409 in_progress | the same delivery id is being enqueued by another request right now |
 | 413 | body larger than max_body_bytes |
@@ -80,6 +81,8 @@ def receive():
         payload = json.loads(body)
     except ValueError as error:  # includes UnicodeDecodeError
         return answer(400, "bad_request", f"body is not valid JSON: {error}")
+    except RecursionError:  # the parser's own stack: thousands of nested [ or {
+        return answer(400, "bad_request", "body is JSON nested too deeply")
     if not isinstance(payload, dict):
         return answer(400, "bad_request", "body is JSON but not an object")
 
