@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.etriage-installed
 
 .PHONY: install run test test-slow bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml scripts/system-deps.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'

@@ -16,11 +16,11 @@ import shutil
 import tarfile
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tasks.pipeline import gitio, overlay
-from tasks.pipeline.sandbox import run_logged, scrubbed_env
+from tasks.pipeline.sandbox import Sandbox, run_logged, scrubbed_env
 from tasks.pipeline.tables import Recipe, Tables
 from tasks.records import BuildResult, ChangedFile
 
@@ -38,6 +38,7 @@ class Workspace:
     jobs: int = 2
     build_timeout: float = 3600
     tool_env: tuple[tuple[str, str], ...] = ()  # e.g. QNN_SDK_ROOT; see sandbox.PASS_THROUGH
+    sandbox: Sandbox = field(default_factory=Sandbox)  # every command of the change runs in it
 
 
 @contextmanager
@@ -79,13 +80,14 @@ def run_cmake_recipe(ws: Workspace, recipe: Recipe, commit: str, classify) -> tu
     src = export_tree(ws, commit, ws.run_dir / f"src-{commit[:12]}")
     build_dir = ws.run_dir / f"build-{recipe.name}"
     build_dir.mkdir(parents=True, exist_ok=True)
-    env = scrubbed_env(ws.run_dir, pass_through=dict(ws.tool_env))
+    env = scrubbed_env(ws.run_dir, sandbox=ws.sandbox, python=ws.python, pass_through=dict(ws.tool_env))
     values = {"src": str(src), "build": str(build_dir), "jobs": str(ws.jobs)}
     log_path = ws.run_dir / "logs" / f"build-{recipe.name}.log"
     for step, command in enumerate(recipe.commands):
         cmd = [arg.format(**values) for arg in command]
         done = run_logged(cmd, cwd=src, env=env, log_path=log_path.with_suffix(f".{step}.log"),
-                          timeout=ws.build_timeout)
+                          timeout=ws.build_timeout, sandbox=ws.sandbox, python=ws.python,
+                          readable=[src], writable=[build_dir])
         if done.returncode != 0:
             text = done.log_path.read_text(errors="replace")
             failures = [f.to_dict() for f in classify(text, job_name=f"build {recipe.name}")]
@@ -113,8 +115,8 @@ def build_commit(ws: Workspace, tables: Tables, commit: str, changes: list[Chang
     if written or removed:
         progress(f"overlay for {commit[:12]}: {len(written)} file(s) replaced/added, {len(removed)} removed")
         modules = [m for m in map(overlay.module_name, written) if m][:5]
-        env = scrubbed_env(ws.run_dir, pythonpath=[str(overlay_root)])
-        mismatched, note = overlay.verify_overlay(ws.python, env, package_dir, modules, ws.run_dir)
+        env = scrubbed_env(ws.run_dir, sandbox=ws.sandbox, python=ws.python, pythonpath=[str(overlay_root)])
+        mismatched, note = overlay.verify_overlay(ws, env, overlay_root, package_dir, modules)
         if mismatched:
             result.status, result.reason = "failed", "; ".join(mismatched)
         elif note:

@@ -26,12 +26,16 @@ def add_arguments(parser) -> None:
                         help="run every suite in full at the merge base (slower; fills the cache, reports `fixed`)")
     parser.add_argument("--keep-run-dir", action="store_true", help="keep overlays and logs for debugging")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="run the change's code without the sandbox: only for your own checkout "
+                             "(the service never does this; see docs/SANDBOX.md)")
 
 
 def run(args) -> int:
     from tasks.pipeline.gitio import GitError
     from tasks.pipeline.report import to_json, to_markdown
     from tasks.pipeline.run import TriageOptions, triage
+    from tasks.pipeline.sandbox import Sandbox
     from tasks.pipeline.tables import TableError
 
     def progress(message: str) -> None:
@@ -42,7 +46,10 @@ def run(args) -> int:
         repo=args.repo, base=args.base, head=args.head, data_dir=args.data_dir,
         targets=args.targets, suites=args.suites, use_cache=not args.no_cache,
         tables_dir=args.tables, keep_run_dir=args.keep_run_dir, full_base=args.full_base,
-        tool_env={k: os.environ[k] for k in QUIET_ENV if os.environ.get(k)})
+        tool_env={k: os.environ[k] for k in QUIET_ENV if os.environ.get(k)},
+        sandbox=Sandbox(enabled=not args.no_sandbox))
+    if args.no_sandbox:
+        progress("--no-sandbox: the change's code runs with your own user's access")
     try:
         report = triage(options, progress=progress)
     except (GitError, TableError, ValueError) as exc:

@@ -11,25 +11,36 @@ Limit: `executorch` itself is a namespace package (no __init__.py), so a deleted
 """
 from __future__ import annotations
 
+import importlib.util
 import os
-import subprocess
+import sys
 from pathlib import Path
 
 from tasks.pipeline import gitio
+from tasks.pipeline.sandbox import Sandbox, run_logged, scrubbed_env
 from tasks.records import ChangedFile
 
 PACKAGE = "executorch"
 
 
-def installed_package_dir(python: str) -> Path:
-    """Where `python` finds executorch, without importing it (one small subprocess)."""
+def installed_package_dir(python: str, sandbox: Sandbox | None = None, scratch: Path | None = None) -> Path:
+    """Where `python` finds executorch, without importing it: in this process when `python`
+    is this interpreter, else one small sandboxed subprocess (no code of a change is in it,
+    but it is still an interpreter of the worker's choosing running with the worker's files)."""
+    if Path(python).absolute() == Path(sys.executable).absolute():
+        spec = importlib.util.find_spec(PACKAGE)
+        if spec is None or not spec.submodule_search_locations:
+            raise RuntimeError(f"{python}: executorch is not installed")
+        return Path(list(spec.submodule_search_locations)[-1])
+    scratch = scratch or Path.home()
     code = ("import importlib.util as u; s = u.find_spec('executorch'); "
-            "print(list(s.submodule_search_locations)[-1])")
-    out = subprocess.run([python, "-c", code], capture_output=True, text=True,
-                         env={"PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"})
-    if out.returncode != 0 or not out.stdout.strip():
-        raise RuntimeError(f"{python}: executorch is not installed ({out.stderr.strip()[-200:]})")
-    return Path(out.stdout.strip())
+            "print('FOUND=' + list(s.submodule_search_locations)[-1])")
+    done = run_logged([python, "-c", code], cwd=Path("/"), env=scrubbed_env(scratch, sandbox=sandbox, python=python),
+                      log_path=scratch / "find-executorch.log", timeout=120, sandbox=sandbox, python=python)
+    found = [line[6:] for line in done.tail().splitlines() if line.startswith("FOUND=")]
+    if done.returncode != 0 or not found:
+        raise RuntimeError(f"{python}: executorch is not installed ({done.tail(200).strip()})")
+    return Path(found[-1])
 
 
 def build_overlay(repo, commit: str, changes: list[ChangedFile], installed: Path,
@@ -86,8 +97,8 @@ def module_name(path: str) -> str | None:
     return ".".join([PACKAGE, *parts])
 
 
-def verify_overlay(python: str, env: dict[str, str], package_dir: Path, modules: list[str],
-                   cwd: Path) -> tuple[list[str], str]:
+def verify_overlay(ws, env: dict[str, str], overlay_root: Path, package_dir: Path,
+                   modules: list[str]) -> tuple[list[str], str]:
     """(modules that do not resolve into the overlay, import error text or "").
 
     An import error is the change's own business (its tests will show it), not the overlay's.
@@ -98,14 +109,18 @@ def verify_overlay(python: str, env: dict[str, str], package_dir: Path, modules:
             "for name in sys.argv[1:]:\n"
             "    spec = importlib.util.find_spec(name)\n"
             "    print(name, spec.origin if spec else None)\n")
-    proc = subprocess.run([python, "-c", code, *modules], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=300)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    done = run_logged([ws.python, "-c", code, *modules], cwd=overlay_root, env=env,
+                      log_path=ws.run_dir / "logs" / f"verify-{overlay_root.name}.log", timeout=300,
+                      sandbox=ws.sandbox, python=ws.python, readable=[overlay_root])
+    lines = done.tail(200000).splitlines()[1:]  # the first line echoes the command
+    if done.returncode != 0:
+        last = ([line for line in lines if line.strip()] or ["no output"])[-1]
         return [], f"could not verify the overlay, importing failed: {last}"
     problems = []
     root = str(package_dir.parent)
-    for line in proc.stdout.splitlines():
+    for line in lines:
+        if not line.startswith(PACKAGE):
+            continue
         name, _, origin = line.partition(" ")
         if not origin.startswith(root):
             problems.append(f"{name} resolves to {origin}, not into the overlay")

@@ -103,7 +103,8 @@ def to_markdown(report: Report, *, section_title: str | None = None) -> str:
     ran = [s for s in report.suites if s.status != "not_run"]
     if ran:
         lines += ["<details><summary>What ran</summary>", ""]
-        lines += [f"- {s.suite} on {s.target}: {s.status}, {len(s.tests)} test(s), {s.seconds:.0f}s" for s in ran]
+        lines += [f"- {s.suite} on {s.target}: {s.status}" + (f" ({s.reason})" if s.status == "crashed" else "")
+                  + f", {len(s.tests)} test(s), {s.seconds:.0f}s" for s in ran]
         if report.base_runs:
             lines += ["", "At the merge base:"] + [_base_line(b) for b in report.base_runs]
         if plan.selected:

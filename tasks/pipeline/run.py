@@ -20,6 +20,7 @@ from tasks.pipeline.build import Workspace, build_commit
 from tasks.pipeline.overlay import installed_package_dir
 from tasks.pipeline.plan import plan_change
 from tasks.pipeline.pytest_plugin.etriage_pytest import BUDGET_REASON
+from tasks.pipeline.sandbox import Sandbox
 from tasks.pipeline.suites import SuiteRun, reproduce_command
 from tasks.pipeline.tables import Tables, load_tables
 from tasks.pipeline.targets import make_target, not_run
@@ -42,6 +43,10 @@ class TriageOptions:
     keep_run_dir: bool = False
     suite_timeout: float = 1800
     full_base: bool = False  # run every suite in full at the merge base (fills the cache, gives `fixed`)
+    sandbox: Sandbox = field(default_factory=Sandbox)  # Sandbox(enabled=False): --no-sandbox, never the service
+
+
+NO_SANDBOX = "no sandbox"  # the reason's first words, in the report and on the check run
 
 
 def _quiet(message: str) -> None:
@@ -61,14 +66,18 @@ def triage(options: TriageOptions, *, classify=None, progress=_quiet) -> Report:
     if not plan.suites:
         build = BuildResult(status="skipped", kind="none", commit=plan.head, reason="; ".join(plan.notes))
         return _report(plan, build, [], [], start, base_cached=False)
+    problem = options.sandbox.problem()
+    if problem:  # never run a change's code bare: every planned suite is reported not run
+        progress(f"not run: no sandbox ({problem})")
+        return _no_sandbox(plan, tables, problem, start)
 
     data_dir = Path(options.data_dir).resolve()
     (data_dir / "runs").mkdir(parents=True, exist_ok=True)
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=data_dir / "runs"))
     ws = Workspace(repo=repo, python=options.python,
-                   installed=Path(options.installed or installed_package_dir(options.python)),
+                   installed=Path(options.installed or installed_package_dir(options.python, options.sandbox, run_dir)),
                    run_dir=run_dir, data_dir=data_dir, use_cache=options.use_cache,
-                   tool_env=tuple(options.tool_env.items()))
+                   tool_env=tuple(options.tool_env.items()), sandbox=options.sandbox)
     try:
         return _triage_in(ws, tables, plan, options, classify, progress, start)
     finally:
@@ -150,7 +159,7 @@ def _head_runs(ws, tables, plan, targets, head_build, options, progress):
         runnable = [t for t in targets.values() if suite.kind in t.spec.suite_kinds
                     and set(suite.backends) & set(t.spec.backends) & set(plan.backends)]
         if not runnable:
-            probe = SuiteRun(suite, head_build, "-", ws.run_dir)
+            probe = SuiteRun(suite, head_build, "-", ws.run_dir, sandbox=ws.sandbox)
             not_run_results.append(not_run(probe, f"no requested target runs {suite.kind} suites "
                                                   f"for {', '.join(suite.backends)}"))
             continue
@@ -160,7 +169,7 @@ def _head_runs(ws, tables, plan, targets, head_build, options, progress):
             run = SuiteRun(suite, head_build, target.name, ws.run_dir, options.python, paths,
                            timeout=options.suite_timeout,
                            budget_seconds=tables.selection.budget_seconds if selected else None,
-                           budget_paths=paths)
+                           budget_paths=paths, sandbox=ws.sandbox)
             ok, reason = target.available()
             if not ok:
                 not_run_results.append(not_run(run, reason))
@@ -195,7 +204,8 @@ def _retry(ws, tables, targets, head_build, keys, options, progress) -> dict:
             progress(f"retrying {len(tests)} failed test(s) of {suite} on {target} (attempt {attempt})")
             runs.setdefault(target, []).append(SuiteRun(
                 tables.suites[suite], head_build, target, ws.run_dir, options.python,
-                node_ids=tuple(tests), timeout=options.suite_timeout, attempt=attempt, phase="retry"))
+                node_ids=tuple(tests), timeout=options.suite_timeout, attempt=attempt, phase="retry",
+                sandbox=ws.sandbox))
         still_failing = []
         for target, target_runs in runs.items():
             for results, _, _ in targets[target].run_many(target_runs):
@@ -231,6 +241,16 @@ def _build_failed(ws, tables, plan, head_build, classify, progress, start) -> Re
                      suspects=suspects.rank(regions, failure, text, category, tables),
                      reproduce="; ".join(" ".join(c) for r in plan.recipes for c in tables.recipes[r].commands))
     return _report(plan, head_build, [result], [], start, base_cached=False)
+
+
+def _no_sandbox(plan, tables, problem: str, start) -> Report:
+    reason = f"{NO_SANDBOX}: {problem}"
+    build = BuildResult(status="skipped", kind="none", commit=plan.head, reason=reason)
+    results = [SuiteResult(suite=name, target=target, commit=plan.head, status="not_run", reason=reason)
+               for name in plan.suites for target in plan.targets]
+    plan.notes.append(f"Nothing of this change was run: {reason}. etriage never runs a change's code "
+                      "outside its sandbox.")
+    return _report(plan, build, [], results, start, base_cached=False)
 
 
 def _failure_from_dict(data: dict):

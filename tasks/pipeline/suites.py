@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tasks.pipeline.sandbox import run_logged
+from tasks.pipeline.sandbox import Sandbox, run_logged
 from tasks.pipeline.tables import Suite
 from tasks.records import BuildResult, SuiteResult, TestResult
 
@@ -41,6 +41,7 @@ class SuiteRun:
     phase: str = "head"  # head | base | retry: keeps work directories apart
     budget_seconds: float | None = None  # pytest: skip the rest of `paths` once spent
     budget_paths: tuple[str, ...] = ()
+    sandbox: Sandbox = field(default_factory=Sandbox)  # how the change's code runs
 
     @property
     def package_dir(self) -> Path:
@@ -48,6 +49,11 @@ class SuiteRun:
 
     def has_file(self, path: str) -> bool:
         return (self.package_dir / path).is_file()
+
+    def readable(self) -> list[Path]:
+        """What the run reads besides the interpreter: the overlay, native builds, its work dir."""
+        paths = [Path(self.build.overlay_dir)] if self.build.overlay_dir else []
+        return paths + [Path(p) for p in self.build.build_dirs.values()] + [self.work_dir()]
 
     def work_dir(self) -> Path:
         path = (self.run_dir / "suites"
@@ -57,9 +63,8 @@ class SuiteRun:
 
 
 def pytest_command(run: SuiteRun, junit: Path) -> list[str]:
-    ini = run.run_dir / "pytest.ini"
-    if not ini.exists():
-        ini.write_text(PYTEST_INI)
+    ini = junit.parent / "pytest.ini"  # beside the junit: the run reads only its own work dir
+    ini.write_text(PYTEST_INI)
     config: dict = {}
     if run.node_ids:  # the plugin keeps only these: an id absent from this tree is no error
         targets = sorted({t.split("::", 1)[0] for t in run.node_ids if run.has_file(t.split("::", 1)[0])})
@@ -154,13 +159,17 @@ def execute(run: SuiteRun, cmd: list[str], env: dict[str, str], junit: Path) -> 
     """Run one command that writes `junit`; the result comes from that file."""
     start = time.monotonic()
     log_path = junit.with_suffix(".log")
-    done = run_logged(cmd, cwd=run.package_dir, env=env, log_path=log_path, timeout=run.timeout)
+    done = run_logged(cmd, cwd=run.package_dir, env=env, log_path=log_path, timeout=run.timeout,
+                      sandbox=run.sandbox, python=run.python, readable=run.readable(), outputs=[junit])
     result = SuiteResult(suite=run.suite.name, target=run.target, commit=run.build.commit,
                          status="ran", command=cmd, seconds=round(time.monotonic() - start, 2))
     tests = read_results(junit, run) if junit.is_file() and junit.stat().st_size else []
     if not tests:
         result.status = "crashed"
         why = "timed out" if done.returncode is None else f"exit code {done.returncode}"
+        if done.limit:
+            why = f"killed: the sandbox's {done.limit}" if done.returncode is None \
+                else f"exit code {done.returncode}, at the sandbox's {done.limit}"
         result.reason = f"no JUnit results ({why})"
         result.log_excerpt = done.tail()
     else:

@@ -34,7 +34,8 @@ class HostTarget:
         return True, ""
 
     def env_for(self, run: SuiteRun, extra: dict[str, str] | None = None) -> dict[str, str]:
-        return scrubbed_env(run.work_dir(), pythonpath=[run.build.overlay_dir or "", str(suite_runner.PLUGIN_DIR)],
+        return scrubbed_env(run.work_dir(), sandbox=run.sandbox, python=run.python,
+                            pythonpath=[run.build.overlay_dir or "", str(suite_runner.PLUGIN_DIR)],
                             pass_through=self.tool_env, extra=extra)
 
     def run(self, run: SuiteRun) -> SuiteResult:
@@ -130,14 +131,17 @@ class QnnSimTarget(HostTarget):
             return not_run(run, f"target {self.name} does not run {run.suite.kind} suites")
         result = SuiteResult(suite=run.suite.name, target=self.name, commit=run.build.commit, status="ran")
         env = self.env_for(run)
+        sdk = Path(self.tool_env.get(self.spec.requires_env or "QNN_SDK_ROOT", ""))
         for test in run.node_ids or run.suite.tests:
             work = run.work_dir()
+            (work / "artifacts").mkdir(exist_ok=True)
             cmd = suite_runner.template_command(
                 run, work / "junit.xml", test=test, device="", host="",
                 build_folder=run.values.get("build_folder", str(run.package_dir / "build-x86")),
                 artifact_dir=str(work / "artifacts"))
             done = run_logged(cmd, cwd=run.package_dir, env=env, log_path=work / f"{test}.log",
-                              timeout=run.timeout)
+                              timeout=run.timeout, sandbox=run.sandbox, python=run.python,
+                              readable=[*run.readable(), sdk], writable=[work / "artifacts"])
             log = done.log_path.read_text(errors="replace")
             outcome = "passed" if re.search(r"^OK\b", log, re.M) else "error" if done.returncode is None else "failed"
             result.tests.append(TestResult(suite=run.suite.name, test=test, target=self.name,

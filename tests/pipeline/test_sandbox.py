@@ -13,8 +13,9 @@ def test_a_pr_subprocess_sees_no_token_and_its_own_home(tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws_secret")
     monkeypatch.setenv("QNN_SDK_ROOT", "/opt/qnn")  # a tool location the worker passes on purpose
     env = scrubbed_env(tmp_path / "run", pass_through={"QNN_SDK_ROOT": "/opt/qnn", "GITHUB_TOKEN": "x"})
-    done = run_logged([sys.executable, "-c", DUMP_ENV], cwd=tmp_path, env=env,
-                      log_path=tmp_path / "run" / "env.log", timeout=60)
+    cwd = tmp_path / "run"  # tmp_path itself is 0700 root's: the sandbox's user may not enter it
+    done = run_logged([sys.executable, "-c", DUMP_ENV], cwd=cwd, env=env,
+                      log_path=tmp_path / "run" / "env.log", timeout=60, readable=[cwd])
     assert done.returncode == 0
     log = done.log_path.read_text()
     dumped = next(line for line in log.splitlines() if line.startswith("ENV="))  # the log also echoes the command
@@ -22,5 +23,4 @@ def test_a_pr_subprocess_sees_no_token_and_its_own_home(tmp_path, monkeypatch):
     assert "secret" not in log
     assert not {"ETRIAGE_GITHUB_TOKEN", "ETRIAGE_WEBHOOK_SECRET", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN"} & set(seen)
     assert seen["QNN_SDK_ROOT"] == "/opt/qnn"
-    assert seen["HOME"] == str(tmp_path / "run" / "home")
-    assert seen["TMPDIR"] == str(tmp_path / "run" / "tmp")
+    assert seen["HOME"] == seen["TMPDIR"] == "/tmp"  # the sandbox's own size-limited tmpfs

@@ -97,11 +97,10 @@ def test_harmless_rename_reports_nothing_new(et_repo, data_dir):
 
 
 FLAKY_TEST = (
-    "from pathlib import Path\n\n"
+    "import os\n\n"
     "def test_passes_on_second_run():\n"
-    "    marker = Path(__file__).with_suffix('.ran')\n"
-    "    first = not marker.exists()\n"
-    "    marker.touch()\n"
+    "    # a sandboxed run keeps nothing for the next one: the retry is told by its work directory\n"
+    "    first = '/retry-' not in os.environ.get('ETRIAGE_PYTEST_CONFIG', '')\n"
     "    assert not first, 'first run fails (a stand-in for a timing-dependent test)'\n"
 )
 

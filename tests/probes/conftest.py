@@ -1,4 +1,8 @@
-"""Probe-test fixtures: the overlay helper and one pristine run shared by several tests."""
+"""Probe-test fixtures: the overlay helper and one pristine run shared by several tests.
+
+Probe subprocesses run inside the pipeline's sandbox (tasks.pipeline.sandbox), as a triage runs
+them: the expectations of these tests, unchanged from before the sandbox, are the proof that
+isolation changes no probe's result."""
 from __future__ import annotations
 
 import importlib.util
@@ -25,16 +29,22 @@ def overlay():
 
 
 def run_probe_subprocess(args: list[str], env: dict, cwd: Path, junit: Path) -> tuple[subprocess.CompletedProcess, ET.Element]:
-    """`python -m tasks.probes ...` as the pipeline runs it; returns the process and JUnit root."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "tasks.probes", *args, "--junit-xml", str(junit)],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert junit.exists(), f"no JUnit written (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    """`python -m tasks.probes ...` in the sandbox, as the pipeline runs it (stdout and stderr kept
+    apart for the tests); returns the process and JUnit root."""
+    from tasks.pipeline.sandbox import Sandbox
+
+    sandbox = Sandbox()
+    assert not sandbox.problem(), sandbox.problem()
+    overlays = [Path(p) for p in env.get("PYTHONPATH", "").split(":") if p]
+    for path in [cwd, *overlays]:
+        path.chmod(0o755)  # pytest makes its temporary directories 0700: the sandbox's user may read these
+    junit.write_bytes(b"")
+    sandbox.give([junit])
+    argv = sandbox.command([sys.executable, "-m", "tasks.probes", *args, "--junit-xml", str(junit)],
+                           cwd=Path("/tmp"), python=sys.executable, readable=overlays, writable=[junit])
+    proc = subprocess.run(argv, env=dict(env, HOME="/tmp", TMPDIR="/tmp"), cwd="/", capture_output=True,
+                          text=True, timeout=600)
+    assert junit.stat().st_size, f"no JUnit written (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}"
     return proc, ET.parse(junit).getroot()
 
 
