@@ -7,9 +7,10 @@ records every command in the audit log, reacts 👀 when something was accepted 
 the rest (refusals, malformed commands, help, explanations) in ONE reply per comment.
 
 Permissions: anyone may ask for `help` and `explain`; everything else needs write access
-(write, maintain or admin). Device targets: nothing runs on a `device`-kind target for a pull
-request whose author lacks write access until a maintainer says `/etriage ok-to-test`; the
-approval is stored per head sha, so the next push ends it.
+(write, maintain or admin). Running a change's code (Prow's model, `code_may_run`): nothing of a
+pull request whose author lacks write access and is not in `triage.trusted` runs (no suite, no
+probe, no build, on any target) until a maintainer says `/etriage ok-to-test`; the approval is
+stored per head sha, so the next push ends it. Device targets need the same.
 
 What the worker reads from `triage_pr(..., reason=...)`: "rerun:failed" (re-run only the tests
 that failed for this head), "rerun:all", "run" (with suites=[suite]), "ok-to-test" (device
@@ -36,11 +37,11 @@ DESCRIPTIONS = {
     "explain": "explain a failure: its number in the summary, its test id or a fingerprint prefix",
     "label": "add labels from this repository's allow-list",
     "ignore": "mark a failure as known flaky or unrelated on this pull request",
-    "ok-to-test": "allow runs on real devices for the current head of this pull request",
+    "ok-to-test": "let etriage run this pull request's code (tests, probes, builds; devices) at its current head",
     "help": "this list",
 }
 
-__all__ = ["Command", "CommandContext", "CommandError", "Outcome", "devices_allowed",
+__all__ = ["Command", "CommandContext", "CommandError", "Outcome", "code_may_run", "devices_allowed",
            "handle_comment", "help_text", "is_bot", "login_stem", "new_commands", "parse"]
 
 
@@ -97,6 +98,14 @@ def devices_allowed(github, store, repo: str, pr: int, *, head_sha: str, pr_auth
     said ok-to-test for exactly this head. (The pipeline asks this before picking devices.)"""
     return (github.permission(repo, pr_author) in WRITE_ACCESS
             or store.is_approved_for_devices(repo, pr, head_sha))
+
+
+def code_may_run(github, store, repo: str, pr: int, *, head_sha: str, pr_author: str,
+                 trusted=()) -> bool:
+    """May etriage run this head's code at all (its suites, probes, builds)? Its author has write
+    access or is listed in `triage.trusted`, or a maintainer said ok-to-test for exactly this head."""
+    return (pr_author.lower() in {name.lower() for name in trusted}
+            or devices_allowed(github, store, repo, pr, head_sha=head_sha, pr_author=pr_author))
 
 
 class _Session:
@@ -180,12 +189,14 @@ class _Session:
 
     def do_ok_to_test(self, command: Command) -> Outcome:
         head_sha = self.pull["head_sha"]
+        # one approval per head: it lets the code run, and lets it run on devices
         self.ctx.store.approve_for_devices(self.repo, self.pr, head_sha, self.author)
-        if not self.config.device_targets():
+        if self.config.triage is None:
             return Outcome(command.line, "ok-to-test", "accepted",
-                           f"approved {head_sha[:12]}; device runs are not enabled here")
+                           f"approved {head_sha[:12]}; triage is not enabled here")
         self._triage(reason="ok-to-test")
-        return Outcome(command.line, "ok-to-test", "accepted", f"approved {head_sha[:12]} for devices")
+        devices = "" if self.config.device_targets() else "; device runs are not enabled here"
+        return Outcome(command.line, "ok-to-test", "accepted", f"approved {head_sha[:12]} to run{devices}")
 
     # ---- shared checks ---------------------------------------------------------------------
     def _triage(self, *, reason: str, suites: list[str] | None = None, targets: list[str] | None = None) -> None:

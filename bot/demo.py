@@ -117,6 +117,9 @@ def _demo(args, root: Path, log_file: Path, started: float) -> int:
     with Service(serve_args, environ) as service:
         double, secret = service.double, service.settings.webhook_secrets[0]
         double.add_pull(REPO, PR, head, base, files=[("exir/backend/backend_api.py", "modified")])
+        # The PR's author can write to the repository, so its code runs at once; an outside
+        # contributor's would wait for a maintainer's `/etriage ok-to-test` (docs/SANDBOX.md).
+        double.set_permission(REPO, "Codertocat", "write")
         url = service.url + "/webhook"
         answer = send(url, secret, "pull_request", pull_request_payload(base, head))
         say(f"replayed pull_request.opened for {REPO}#{PR} (GitHub's example payload, mapped "

@@ -11,6 +11,8 @@ triage:                     # triage pull requests
   suites: [multi_method, mutable_buffer]
   targets: [host, qnn-sim]
   paths: {"backends/qualcomm/**": qnn}       # path glob -> backend, before the built-in table
+  trusted: [octocat]        # GitHub logins whose PRs' code runs without ok-to-test (besides
+                            # everyone with write access); see docs/SANDBOX.md
 commands: {}                # /etriage slash commands
 labels:                     # category -> label name; the allow-list of `/etriage label`
   multi_method_lowering: "triage: multi-method"
@@ -42,6 +44,7 @@ from triage_rules.records import CATEGORIES
 
 PATH = ".github/etriage.yml"
 NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?$")  # a GitHub user or app login
 TARGET_KINDS = ("emulator", "device")
 
 
@@ -64,6 +67,10 @@ class TriageConfig:
     suites: tuple[str, ...] = ("multi_method", "mutable_buffer")
     targets: tuple[str, ...] = ("host", "qnn-sim")
     paths: Mapping[str, str] = field(default_factory=dict)  # glob -> backend
+    trusted: tuple[str, ...] = ()  # logins whose changes run without a maintainer's ok-to-test
+
+    def trusts(self, login: str) -> bool:
+        return login.lower() in {name.lower() for name in self.trusted}
 
 
 @dataclass(frozen=True)
@@ -209,7 +216,8 @@ STR, INT = Scalar("str"), Scalar("int")
 NAME_RULE = Scalar("str", pattern=NAME)
 _SCHEMA = Section({
     "triage": Section({"suites": ListOf(NAME_RULE), "targets": ListOf(NAME_RULE),
-                       "paths": MapOf(STR, STR)}, nullable=True),
+                       "paths": MapOf(STR, STR),
+                       "trusted": ListOf(Scalar("str", pattern=LOGIN))}, nullable=True),
     "commands": Section({}, nullable=True),
     "labels": MapOf(Scalar("str", choices=CATEGORIES), STR, nullable=True),
     "ci_logs": Section({"workflows": ListOf(STR), "max_bytes": INT}, nullable=True),
@@ -252,7 +260,8 @@ class _Checker:
             hint = _did_you_mean(node.value, rule.choices)
             return self.error(node, where, f"{node.value!r} is not one of {', '.join(rule.choices)}{hint}")
         if rule.pattern and not rule.pattern.match(node.value):
-            self.error(node, where, f"{node.value!r} is not a name (lowercase letters, digits, _ . -)")
+            what = "a GitHub login" if rule.pattern is LOGIN else "a name (lowercase letters, digits, _ . -)"
+            self.error(node, where, f"{node.value!r} is not {what}")
 
     def check_mapping(self, rule, node: yaml.MappingNode, where: str) -> None:
         seen: set[str] = set()
@@ -308,7 +317,7 @@ def _build(data: dict) -> RepoConfig:
         targets=MappingProxyType(targets),
         triage=section("triage", lambda s: TriageConfig(
             tuple(s.get("suites", TriageConfig.suites)), tuple(s.get("targets", TriageConfig.targets)),
-            MappingProxyType(dict(s.get("paths", {}))))),
+            MappingProxyType(dict(s.get("paths", {}))), tuple(s.get("trusted", ())))),
         commands=section("commands", lambda s: CommandsConfig()),
         labels=section("labels", lambda s: MappingProxyType({**DEFAULT_LABELS, **s})),
         ci_logs=section("ci_logs", lambda s: CiLogsConfig(

@@ -41,6 +41,8 @@ class WorkerOptions:
     pending_report_interval: float = 300.0  # beat: retry reports GitHub did not take
     run_expiry_hours: float = 6.0  # beat: runs in progress longer than this are expired
     tool_env: tuple[tuple[str, str], ...] = ()  # TOOL_VARIABLES that are set, for the pipeline
+    suite_timeout: float = 1800.0  # wall-clock limit of one sandboxed suite run
+    sandbox_bwrap: str = "bwrap"  # the bubblewrap binary; without one nothing of a change runs
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> "WorkerOptions":
@@ -73,6 +75,8 @@ class WorkerOptions:
                                            cls.pending_report_interval, float),
             run_expiry_hours=number("ETRIAGE_RUN_EXPIRY_HOURS", cls.run_expiry_hours, float),
             tool_env=tuple((k, environ[k]) for k in TOOL_VARIABLES if environ.get(k, "").strip()),
+            suite_timeout=number("ETRIAGE_SUITE_TIMEOUT", cls.suite_timeout, float),
+            sandbox_bwrap=environ.get("ETRIAGE_SANDBOX_BWRAP", "").strip() or cls.sandbox_bwrap,
         )
 
 

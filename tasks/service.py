@@ -236,6 +236,11 @@ def triage_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
                             summary=detail or stage)
 
     progress("Planning", f"Reading the change {pull['base_sha'][:12]}..{head_sha[:12]}.")
+    if not may_run(ctx, gh, repo, pr, pull):
+        payload = waiting_payload(repo, head_sha, pull["author"])
+        add_config_check(payload, config_change_check(gh, repo, pr, head_sha))
+        publish(ctx, repo, pr, installation_id, payload)
+        return payload.check_conclusion
     targets, notes = choose_targets(ctx, gh, repo, pr, pull, targets)
     suites, suite_notes = choose_suites(ctx, gh, repo, suites)
     notes += suite_notes
@@ -255,6 +260,33 @@ def triage_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
     add_config_check(payload, config_change_check(gh, repo, pr, head_sha))
     publish(ctx, repo, pr, installation_id, payload)
     return payload.check_conclusion or "published"
+
+
+def may_run(ctx: WorkerContext, gh: GitHubClient, repo: str, pr: int, pull: dict) -> bool:
+    """Prow's rule: a PR's code runs only for an author with write access or listed in the
+    default branch's `triage.trusted`, or after a maintainer's ok-to-test for this very head."""
+    from bot.commands import code_may_run
+
+    config = ctx.repo_config_or_defaults(gh, repo)
+    trusted = config.triage.trusted if config.triage else ()
+    return code_may_run(gh, ctx.store, repo, pr, head_sha=pull["head_sha"], pr_author=pull["author"],
+                        trusted=trusted)
+
+
+WAITING_TITLE = "Waiting for a maintainer: /etriage ok-to-test"
+
+
+def waiting_payload(repo: str, head_sha: str, author: str) -> PublishPayload:
+    """Nothing of an outside contributor's change ran: say so, and what unblocks it."""
+    why = (f"@{author} has no write access to {repo}, so etriage runs none of this change's code "
+           f"(its tests, the probes, builds) until a maintainer comments `/etriage ok-to-test`; "
+           f"the approval holds for `{head_sha[:7]}` only, and a new push needs a new one.")
+    section = "\n".join([f"### {SECTION_TITLES['pr']}",
+                         "⏸️ **Suites not run: waiting for a maintainer.**", why,
+                         "Failed CI jobs are still classified from their logs (no code of this "
+                         "change runs for that)."])
+    return PublishPayload(kind="pr", head_sha=head_sha, section=section, counts={},
+                          check_conclusion="neutral", check_title=WAITING_TITLE, check_summary=why)
 
 
 def _checkout_problem(repo: str, checkout, shas: list[str]) -> str | None:
@@ -280,13 +312,17 @@ def environment_payload(head_sha: str, problem: str, notes=()) -> PublishPayload
 
 def run_pipeline(ctx: WorkerContext, checkout: Path, base: str, head: str, *, suites, targets,
                  progress):
-    """tasks.pipeline.run.triage on the worker's clone. The GitHub token is in no environment
-    the pipeline sees: only the tool variables it needs (read once at start, WorkerOptions)."""
+    """tasks.pipeline.run.triage on the worker's clone, every command of the change in the
+    sandbox (never without: no sandbox here means nothing runs, and the report says so). The
+    GitHub token is in no environment the pipeline sees: only the tool variables it needs."""
     from tasks.pipeline.run import TriageOptions, triage
+    from tasks.pipeline.sandbox import Sandbox
 
     options = TriageOptions(repo=checkout, base=base, head=head,
                             data_dir=Path(ctx.settings.data_dir), targets=targets,
-                            suites=suites, tool_env=dict(ctx.options.tool_env))
+                            suites=suites, tool_env=dict(ctx.options.tool_env),
+                            suite_timeout=ctx.options.suite_timeout,
+                            sandbox=Sandbox(bwrap=ctx.options.sandbox_bwrap))
     return triage(options, progress=lambda message: progress("Running", message))
 
 
@@ -299,9 +335,12 @@ def result_rows(report) -> list[dict]:
 def report_payload(head_sha: str, report, notes=()) -> PublishPayload:
     from tasks.pipeline.report import headline, to_markdown
 
+    from tasks.pipeline.run import NO_SANDBOX
+
     new = [v for v in report.results if v.verdict == "new"]
     environment = [v for v in report.results if v.verdict == "environment"]
     conclusion = "failure" if new else ("neutral" if environment else "success")
+    unsandboxed = [s for s in report.suites if s.status == "not_run" and s.reason.startswith(NO_SANDBOX)]
     annotations = [  # at the suspect's line when the pipeline knows it (Suspect.line)
         {"path": s.path, "start_line": s.line or 1,
          "title": f"{v.category}: {v.test}"[:255],
@@ -309,6 +348,8 @@ def report_payload(head_sha: str, report, notes=()) -> PublishPayload:
         for v in new for s in v.suspects[:3]]
     title = (f"{len(new)} new failure(s), {len(environment)} environment problem(s), "
              f"{sum(len(s.tests) for s in report.suites)} test(s) run")
+    if unsandboxed:  # the worker refused to run the change bare: say so, blame nobody
+        conclusion, title = "neutral", f"Not run: {unsandboxed[0].reason}"[:255]
     section = to_markdown(report, section_title=SECTION_TITLES["pr"])
     if notes:
         first, _, rest = section.partition("\n")

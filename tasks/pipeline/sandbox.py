@@ -100,16 +100,18 @@ class Sandbox:
         isolate = ["--die-with-parent", "--new-session", "--hostname", "etriage-sandbox"]
         if os.geteuid() != 0:
             return [self.bwrap, "--unshare-all", "--disable-userns", "--uid", str(SANDBOX_UID),
-                    "--gid", str(SANDBOX_UID), *isolate, *mounts, "--", *limits, *cmd]
-        # root: a privileged bwrap builds the root and namespaces, then drops to the sandbox
-        # user, whose own bwrap makes the user namespace (uid 65534 inside, caps gone).
+                    "--gid", str(SANDBOX_UID), "--cap-drop", "ALL", *isolate, *mounts, "--", *limits, *cmd]
+        # root: a privileged bwrap builds the root and namespaces (keeping its caps only long
+        # enough for setpriv to drop to the sandbox user), whose own bwrap makes the user
+        # namespace (uid 65534 inside, every capability dropped).
         user = pwd.getpwnam(self.user)
         return [self.bwrap, "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-pid",
                 "--unshare-cgroup-try", *isolate, *mounts, "--",
                 "/usr/bin/setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups",
                 "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
                 self.bwrap, "--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID),
-                "--gid", str(SANDBOX_UID), "--dev-bind", "/", "/", "--die-with-parent", "--chdir", str(cwd),
+                "--gid", str(SANDBOX_UID), "--dev-bind", "/", "/", "--die-with-parent", "--cap-drop", "ALL",
+                "--chdir", str(cwd),
                 "--", *limits, *cmd]
 
     def give(self, paths) -> None:

@@ -24,3 +24,21 @@ def test_a_pr_subprocess_sees_no_token_and_its_own_home(tmp_path, monkeypatch):
     assert not {"ETRIAGE_GITHUB_TOKEN", "ETRIAGE_WEBHOOK_SECRET", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN"} & set(seen)
     assert seen["QNN_SDK_ROOT"] == "/opt/qnn"
     assert seen["HOME"] == seen["TMPDIR"] == "/tmp"  # the sandbox's own size-limited tmpfs
+
+
+def test_without_a_sandbox_a_triage_runs_nothing_and_says_so(et_repo, tmp_path, patches):
+    from tasks.pipeline.report import to_markdown
+    from tasks.pipeline.run import TriageOptions, triage
+    from tasks.pipeline.sandbox import Sandbox
+
+    head = et_repo.branch("routing-no-sandbox", patches.pipeline("partitioner_routing"))
+    report = triage(TriageOptions(repo=et_repo.path, base="main", head=head, data_dir=tmp_path,
+                                  suites=["multi_method", "probes"], sandbox=Sandbox(bwrap="/nonexistent/bwrap")))
+    assert {s.suite for s in report.suites} == {"multi_method", "probes"}
+    assert all(s.status == "not_run" and s.reason.startswith("no sandbox: bubblewrap (bwrap) is not installed")
+               for s in report.suites)
+    assert report.build.status == "skipped" and report.results == []
+    assert not (tmp_path / "runs").exists()  # not even an overlay was made
+    markdown = to_markdown(report)
+    assert "multi_method on host: not run: no sandbox" in markdown
+    assert "never runs a change's code outside its sandbox" in markdown

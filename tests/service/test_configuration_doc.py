@@ -33,9 +33,11 @@ def test_worker_defaults_match_the_doc():
                             ("ETRIAGE_TASK_MAX_RETRIES", "max_retries"),
                             ("ETRIAGE_GITHUB_WRITE_INTERVAL", "github_write_interval"),
                             ("ETRIAGE_PENDING_REPORT_INTERVAL", "pending_report_interval"),
-                            ("ETRIAGE_RUN_EXPIRY_HOURS", "run_expiry_hours")]:
+                            ("ETRIAGE_RUN_EXPIRY_HOURS", "run_expiry_hours"),
+                            ("ETRIAGE_SUITE_TIMEOUT", "suite_timeout")]:
         assert float(docs[variable].strip("`")) == getattr(defaults, field), variable
     assert docs["ETRIAGE_TARGETS"] == f"`{','.join(defaults.targets)}`"
+    assert docs["ETRIAGE_SANDBOX_BWRAP"] == f"`{defaults.sandbox_bwrap}`"
 
 
 def test_tool_variables_are_read_once_into_the_options():

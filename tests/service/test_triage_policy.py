@@ -1,5 +1,6 @@
-"""What automatic triage decides before it runs anything, through the real service: device
-targets wait for a maintainer's ok-to-test on outside contributors' PRs, and a PR that edits
+"""What automatic triage decides before it runs anything, through the real service: nothing of
+an outside contributor's PR runs until a maintainer's ok-to-test for that head (Prow's model;
+device targets included), and a PR that edits
 .github/etriage.yml gets its validation on the check run (the config in force stays the
 default branch's)."""
 from __future__ import annotations
@@ -12,7 +13,7 @@ pytestmark = pytest.mark.service
 
 CONFIG = ".github/etriage.yml"
 WITH_DEVICES = "triage: {}\ncommands: {}\nlabels: {}\ndevices:\n  targets: [android-sm8650]\n"
-WAITING = "a maintainer must first say `/etriage ok-to-test`"
+WAITING = "until a maintainer comments `/etriage ok-to-test`"
 NO_RUNNER = "Not run on `android-sm8650`: this worker has no runner for it."
 
 
@@ -26,19 +27,24 @@ def summary_comment(double):
     return comment["body"]
 
 
-def test_outside_contributor_runs_on_devices_only_after_ok_to_test(web, workers, payloads):
+def test_outside_contributor_runs_only_after_ok_to_test_for_that_head(web, workers, payloads):
     double, store = web.double, web.store()
     double.set_file(REPO, CONFIG, WITH_DEVICES)
-    double.set_permission(REPO, "maintainer", "maintain")  # the PR's author keeps "read"
+    double.set_permission(REPO, "maintainer", "maintain")
+    double.set_permission(REPO, "Codertocat", "read")  # an outside contributor
     workers()
     web.post("pull_request", payloads.pull_request("opened", web.head, web.base))
     [first] = double.wait_for(lambda: completed(double, web.head), 90, "the check run")
     double.wait_for(lambda: not store.pending_reports(), 30, "the publish")
     body = summary_comment(double)
     assert WAITING in body and "@Codertocat has no write access" in body
-    assert NO_RUNNER not in body  # the device target was never chosen
+    assert "Suites not run: waiting for a maintainer" in body
+    assert NO_RUNNER not in body  # nothing was planned, no target chosen
+    assert first["conclusion"] == "neutral"
+    assert first["output"]["title"] == "Waiting for a maintainer: /etriage ok-to-test"
     assert WAITING in first["output"]["summary"]
     assert double.requests_to("GET", r"/collaborators/Codertocat/permission$")
+    assert store.results_for(REPO, web.head) == []  # nothing of the change ran
 
     comment_id = double.add_user_comment(REPO, PR, "maintainer", "/etriage ok-to-test")
     answer = web.post("issue_comment", payloads.issue_comment(comment_id, "maintainer",
@@ -63,11 +69,16 @@ def test_a_writer_s_pull_request_needs_no_approval(web, workers, payloads):
     assert NO_RUNNER in body and WAITING not in body
 
 
-def test_without_a_devices_section_no_permission_is_asked(web, workers, payloads):
+def test_a_trusted_login_in_the_default_branch_config_needs_no_approval(web, workers, payloads):
+    double, store = web.double, web.store()
+    double.set_permission(REPO, "Codertocat", "read")
+    double.set_file(REPO, CONFIG, "triage:\n  trusted: [codertocat]\ncommands: {}\n")  # any case
+    double.set_file(REPO, CONFIG, "triage:\n  trusted: [someone-else]\n", ref=web.head)  # not in force
     workers()
     web.post("pull_request", payloads.pull_request("opened", web.head, web.base))
-    web.double.wait_for(lambda: completed(web.double, web.head), 90, "the check run")
-    assert web.double.requests_to("GET", r"/collaborators/") == []
+    [run] = double.wait_for(lambda: completed(double, web.head), 90, "the check run")
+    double.wait_for(lambda: not store.pending_reports(), 30, "the publish")
+    assert run["conclusion"] == "success" and WAITING not in summary_comment(double)
 
 
 def test_an_edited_repo_config_is_validated_on_the_check_run(web, workers, payloads):
@@ -100,5 +111,6 @@ def test_a_valid_repo_config_edit_is_confirmed(web, workers, payloads):
     [run] = double.wait_for(lambda: completed(double, web.head), 90, "the check run")
     assert "is valid; it takes effect once merged" in run["output"]["text"]
     assert run["annotations"] == []
-    # The PR's own `devices:` section is not in force: nobody's permission was looked up.
-    assert double.requests_to("GET", r"/collaborators/") == []
+    # The PR's own `devices:` section is not in force: only its author's was looked up (to
+    # decide whether its code may run), nobody's for devices.
+    assert {r.path.rsplit("/", 2)[-2] for r in double.requests_to("GET", r"/collaborators/")} == {"Codertocat"}

@@ -52,6 +52,14 @@ def test_full_config():
     assert validate_repo_config(FULL) == []
 
 
+def test_trusted_logins_are_kept_and_matched_without_case():
+    config = load("triage:\n  trusted: [Octocat, 'dependabot[bot]']\n")
+    assert config.triage.trusted == ("Octocat", "dependabot[bot]")
+    assert config.triage.trusts("octocat") and config.triage.trusts("Dependabot[bot]")
+    assert not config.triage.trusts("octocat2")
+    assert load(None).triage.trusted == ()  # nobody beyond write access by default
+
+
 def test_no_file_means_defaults_and_no_devices():
     config = load(None)
     assert config == RepoConfig.defaults()
@@ -98,6 +106,10 @@ ERRORS = [
     ("triage:\n  suites: [1]\n", "line 2: triage.suites[0]: must be a string"),
     ("triage:\n  targets: [Host Machine]\n", "line 2: triage.targets[0]: 'Host Machine' is not a name"),
     ("triage:\n  paths: [a, b]\n", "line 2: triage.paths: must be a mapping"),
+    ("triage:\n  trusted: octocat\n", "line 2: triage.trusted: must be a list"),
+    ("triage:\n  trusted: [octo cat]\n", "line 2: triage.trusted[0]: 'octo cat' is not a GitHub login"),
+    ("triage:\n  trusted:\n    - ok\n    - -leading-dash\n", "line 4: triage.trusted[1]: '-leading-dash' is not a GitHub login"),
+    ("triage:\n  trusted: [12345]\n", "line 2: triage.trusted[0]: must be a string"),
     ("triage:\n  paths: {'a/**': 3}\n", "line 2: triage.paths.a/**: must be a string"),
     ("labels: [a]\n", "line 1: labels: must be a mapping"),
     ("labels:\n  lint: {name: x}\n", "line 2: labels.lint: must be a string"),
