@@ -1,17 +1,22 @@
 """One evidence model for a failure's category: the rule that matched and the learned opinion.
 
     score(category) = P_model(category) + WEIGHT[rule.strength] · [category is the rule's]
+                                        + AREA_WEIGHT · [the failing test guards that category]
 
 A specific rule (`strong`) is strong evidence: the model overrules it only when it is nearly
 sure of another category and gives the rule's almost nothing. A generic rule (`weak`: a bare
 exception, an assertion, "a test failed", "unclassified") is weak evidence, which a confident
-model overrules. etriage's own probes (`certain`) are never overruled. The weights were chosen
+model overrules. etriage's own probes (`certain`) are never overruled. A test whose name says
+what it guards (`test_to_backend_multi_method*`, `*mutable_buffer*`, `*kv_cache*`) is evidence
+for that category even when its exception is generic or another layer's (a SpecViolationError
+raised inside a multi-method test is a multi-method failure); the exception is still shown. The weights were chosen
 by cross-validation on the corpus's training part (`etriage eval --cv`), never on its
 evaluation part.
 """
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 
 import yaml
@@ -20,11 +25,17 @@ from triage_rules.model import Opinion
 from triage_rules.records import CATEGORIES, Failure
 from triage_rules.rules import owners_for_path, rules_by_id
 
-WEIGHT = {"strong": 0.3, "weak": 0.0}
+WEIGHT = {"strong": 0.4, "weak": 0.0}
 RULE_PRIOR = {"strong": 0.8, "weak": 0.3}  # how often such a rule alone is right
 MODEL_FLOOR = 0.3  # the model overrules a weak rule only when at least this sure
 ENVIRONMENT_FLOOR = 0.6  # a model-decided infrastructure category blames the environment above this
+AREA_WEIGHT = 0.5
 CATEGORIES_FILE = Path(__file__).with_name("categories.yaml")
+# What a failing test guards, read from its id (pytest node id, unittest id, probe name).
+GUARDS = {
+    "multi_method_lowering": re.compile(r"(?i)multi_?method|multi_graphs?|two_methods|to_backend_multi"),
+    "mutable_buffer": re.compile(r"(?i)mutable_?buffer|kv_?cache|buffer_mutation|stateful|index_(put|copy)"),
+}
 
 
 @functools.lru_cache(maxsize=1)
@@ -51,9 +62,17 @@ def decide(failure: Failure, opinion: Opinion | None) -> None:
         for n in opinion.nearest
     ]
     probabilities = opinion.probabilities
-    scores = {c: p + (WEIGHT[strength] if c == failure.category else 0.0) for c, p in probabilities.items()}
+    # an environment verdict (SDK missing, backend not registered) is never re-read as the area's
+    guarded = None if failure.environment else guarded_area(failure.test or "")
+    scores = {c: p + (WEIGHT[strength] if c == failure.category else 0.0) + (AREA_WEIGHT if c == guarded else 0.0)
+              for c, p in probabilities.items()}
     chosen = max(scores, key=lambda c: (scores[c], c == failure.category))
     p_model = probabilities.get(chosen, 0.0)
+    if guarded and chosen == guarded and chosen != failure.category:
+        failure.decided_by = "test-area"
+        failure.confidence = round(1 - (1 - RULE_PRIOR["strong"]) * (1 - p_model), 3)
+        _relabel(failure, chosen)
+        return
     unsure = chosen != failure.category and p_model < MODEL_FLOOR
     if unsure and failure.rule not in ("unclassified", "fallback-line"):
         chosen, p_model = failure.category, probabilities.get(failure.category, 0.0)
@@ -66,6 +85,11 @@ def decide(failure: Failure, opinion: Opinion | None) -> None:
     if chosen == failure.category:
         return  # a generic rule and the model agree: keep the rule's own texts
     _relabel(failure, chosen)
+
+
+def guarded_area(test: str) -> str | None:
+    """The category a test guards, by its name; None for a test whose name says nothing."""
+    return next((category for category, pattern in GUARDS.items() if pattern.search(test)), None)
 
 
 def _relabel(failure: Failure, category: str) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from triage_rules.linekinds import PREFILTER_LITERALS, LineInfo, classify_line
-from triage_rules.readers import clean_line
+from triage_rules.readers import clean_line, clean_lines
 from triage_rules.records import Frame
 from triage_rules.scan import LinePrefilter
 
@@ -166,9 +166,9 @@ class Extractor:
         elif info.frame:
             cand.frames = [Frame(info.frame[0], info.frame[1], "")]
         cand.context = _context(buf, ls, le)
-        if cand.score >= REAL_FAILURE - 10:
-            cand.neighbourhood = _neighbourhood(buf, ls, le)
         group = self._group_for(cand)
+        if cand.score >= REAL_FAILURE - 10 and (group.best is cand or cand.score > group.best.score):
+            cand.neighbourhood = _neighbourhood(buf, ls, le)  # only a line that becomes a primary one
         group.add(cand)
         if info.kind in _EXIT_KINDS:
             fallback = _last_output_before(buf, ls, line_no)
@@ -216,34 +216,31 @@ def _line(buf: bytes, start: int, end: int) -> str:
 
 
 def _context(buf: bytes, ls: int, le: int) -> list[str]:
-    before: list[str] = []
-    pos = ls
-    for _ in range(CONTEXT_LINES):
-        if pos <= 0:
-            break
-        prev = buf.rfind(b"\n", 0, pos - 1) + 1
-        before.append(_line(buf, prev, pos - 1))
-        pos = prev
-    after: list[str] = []
-    pos = le + 1
-    for _ in range(CONTEXT_LINES):
-        if pos >= len(buf):
-            break
-        nxt = buf.find(b"\n", pos)
-        nxt = len(buf) if nxt < 0 else nxt
-        after.append(_line(buf, pos, nxt))
-        pos = nxt + 1
-    return [_clip(text) for text in before[::-1] + after]
+    return [_clip(text) for text in _around(buf, ls, le, CONTEXT_LINES, CONTEXT_LINES)]
 
 
 def _neighbourhood(buf: bytes, ls: int, le: int) -> list[str]:
-    """Up to NEIGHBOURHOOD_BEFORE lines before and NEIGHBOURHOOD_AFTER after a candidate (one
-    decode of a bounded window): what the learned model reads around the primary line."""
-    lo = max(0, ls - NEIGHBOURHOOD_CHARS)
-    hi = min(len(buf), le + NEIGHBOURHOOD_CHARS // 2)
-    before = buf[lo:ls].decode("utf-8", "replace").split("\n")[-NEIGHBOURHOOD_BEFORE - 1:-1]
-    after = buf[le:hi].decode("utf-8", "replace").split("\n")[1:NEIGHBOURHOOD_AFTER + 1]
-    return [_clip(clean_line(text)) for text in before + after if text.strip()]
+    """What the learned model reads around a primary line: up to NEIGHBOURHOOD_BEFORE lines
+    before and NEIGHBOURHOOD_AFTER after, blank ones left out."""
+    return [_clip(text) for text in _around(buf, ls, le, NEIGHBOURHOOD_BEFORE, NEIGHBOURHOOD_AFTER) if text.strip()]
+
+
+def _around(buf: bytes, ls: int, le: int, before: int, after: int) -> list[str]:
+    """The cleaned lines before and after buf[ls:le] (not that line): one decode, one clean."""
+    lo = ls
+    for _ in range(before):
+        if lo <= 0:
+            break
+        lo = buf.rfind(b"\n", max(0, ls - NEIGHBOURHOOD_CHARS), lo - 1) + 1
+    hi = le
+    for _ in range(after):
+        if hi >= len(buf):
+            break
+        nxt = buf.find(b"\n", hi + 1, le + NEIGHBOURHOOD_CHARS)
+        hi = len(buf) if nxt < 0 else nxt
+    head = clean_lines(buf[lo:max(lo, ls - 1)].decode("utf-8", "replace")) if ls > lo else []
+    tail = clean_lines(buf[le + 1:hi].decode("utf-8", "replace")) if hi > le + 1 else []
+    return head + tail
 
 
 def _clip(text: str) -> str:

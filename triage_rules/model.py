@@ -23,7 +23,7 @@ from pathlib import Path
 from triage_rules.corpus import TRAIN_FILE, EVAL_FILE, Record, corpus_hash, load_corpus
 from triage_rules.records import CATEGORIES, Failure
 
-FEATURE_VERSION = "1"
+FEATURE_VERSION = "2"
 MAX_CONTEXT_CHARS = 4000
 NEAREST = 3
 NEAREST_FLOOR = 0.25  # cosine similarity below this is not "looks like"
@@ -84,7 +84,9 @@ def _words(text: str) -> list[str]:
 
 
 def analyse(fields: dict[str, str]) -> list[str]:
-    """Prefixed tokens: the same word means more on the failure line than in its context."""
+    """Prefixed tokens: the same word means more on the failure line than in its context; and
+    each distinct word once more unprefixed (`a:`), wherever it stood, so that scarce evidence
+    spread over the line, the context and the frames adds up."""
     tokens: list[str] = []
     line = _words(fields["line"])
     tokens += ["l:" + w for w in line]
@@ -95,6 +97,7 @@ def analyse(fields: dict[str, str]) -> list[str]:
     tokens += ["f:" + w for w in _words(fields["frames"])]
     tokens += ["t:" + w for w in _words(fields["test"])]
     tokens += ["j:" + w for w in _words(fields["job"])]
+    tokens += sorted({"a:" + t.split(":", 1)[1] for t in tokens if t[0] in "lcftx"})
     return tokens
 
 
@@ -102,13 +105,20 @@ def _line_text(fields: dict[str, str]) -> str:
     return _NUM.sub("0", fields["line"].lower())
 
 
+def _all_text(fields: dict[str, str]) -> str:
+    return _NUM.sub("0", " ".join((fields["line"], fields["context"], fields["frames"])).lower())
+
+
 # -- the model --------------------------------------------------------------------------
 class FailureModel:
     """TF-IDF over prefixed word tokens and the line's character n-grams; logistic regression."""
 
-    def __init__(self, c: float = 10.0, char_weight: float = 0.6) -> None:
+    def __init__(self, c: float = 20.0, char_weight: float = 0.6, context_char_weight: float = 1.2,
+                 kind: str = "logistic") -> None:
+        self.kind = kind
         self.c = c
         self.char_weight = char_weight
+        self.context_char_weight = context_char_weight
 
     def fit(self, docs: list[dict[str, str]], labels: list[str], records: list[Record] | None = None) -> "FailureModel":
         from scipy.sparse import hstack
@@ -118,10 +128,20 @@ class FailureModel:
         self.words = TfidfVectorizer(analyzer=analyse, sublinear_tf=True, min_df=1)
         self.chars = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 5), sublinear_tf=True, min_df=2,
                                      max_features=60000)
+        self.context_chars = TfidfVectorizer(analyzer="char_wb", ngram_range=(4, 5), sublinear_tf=True, min_df=2,
+                                             max_features=80000)
         word_matrix = self.words.fit_transform(docs)
         char_matrix = self.chars.fit_transform([_line_text(d) for d in docs])
-        matrix = hstack([word_matrix, char_matrix * self.char_weight]).tocsr()
-        self.classifier = LogisticRegression(C=self.c, max_iter=3000, class_weight="balanced")
+        context_matrix = self.context_chars.fit_transform([_all_text(d) for d in docs])
+        matrix = hstack([word_matrix, char_matrix * self.char_weight,
+                         context_matrix * self.context_char_weight]).tocsr()
+        if self.kind == "svm":  # a linear SVM with probabilities calibrated by cross-validation
+            from sklearn.calibration import CalibratedClassifierCV
+            from sklearn.svm import LinearSVC
+
+            self.classifier = CalibratedClassifierCV(LinearSVC(C=self.c / 20, class_weight="balanced"), cv=3)
+        else:
+            self.classifier = LogisticRegression(C=self.c, max_iter=3000, class_weight="balanced")
         self.classifier.fit(matrix, labels)
         self.examples = word_matrix
         self.example_info = [(r.source, r.category, r.failure_line) for r in records] if records else []
@@ -132,7 +152,9 @@ class FailureModel:
 
         word_matrix = self.words.transform(docs)
         char_matrix = self.chars.transform([_line_text(d) for d in docs])
-        return word_matrix, hstack([word_matrix, char_matrix * self.char_weight]).tocsr()
+        context_matrix = self.context_chars.transform([_all_text(d) for d in docs])
+        return word_matrix, hstack([word_matrix, char_matrix * self.char_weight,
+                                    context_matrix * self.context_char_weight]).tocsr()
 
     def opinions(self, docs: list[dict[str, str]]) -> list[Opinion]:
         word_matrix, matrix = self._matrix(docs)

@@ -28,13 +28,26 @@ def clean_line(raw: str) -> str:
 
     A carriage return inside a line is a progress bar redrawing itself; keep the last frame.
     """
-    line = TIMESTAMP_RE.sub("", raw, count=1)
+    line = TIMESTAMP_RE.sub("", raw, count=1) if raw[:1].isdigit() or raw[:1] == "\ufeff" else raw
     if "\x1b" in line:
         line = ANSI_RE.sub("", line)
     if "\r" in line:
         frames = [part for part in line.split("\r") if part.strip()]
         line = frames[-1] if frames else ""
     return line.rstrip()
+
+
+_TIMESTAMPS_RE = re.compile(TIMESTAMP_RE.pattern, re.M)
+
+
+def clean_lines(text: str) -> list[str]:
+    """clean_line for every line of a text, with one regex pass over the whole text."""
+    text = _TIMESTAMPS_RE.sub("", text)
+    if "\x1b" in text:
+        text = ANSI_RE.sub("", text)
+    if "\r" not in text:
+        return [line.rstrip() for line in text.split("\n")]
+    return [clean_line(line) for line in text.split("\n")]
 
 
 def gha_command(line: str) -> tuple[str | None, str]:

@@ -87,3 +87,28 @@ def test_classify_imports_neither_torch_nor_executorch():
 @pytest.mark.parametrize("flag", ["--format=xml"])
 def test_usage_errors_exit_non_zero(flag):
     assert etriage(flag, "x").returncode == 2
+
+
+def test_failed_job_always_gets_a_failure_with_low_confidence(tmp_path):
+    quiet = b"step 1\nthe quantized llama answers the same tokens for every prompt\nstep 3 done\n"
+    without = etriage("--format", "json", "-", stdin=quiet)
+    assert json.loads(without.stdout)["failures"] == []  # a clean-looking log stays clean
+    result = etriage("--format", "json", "--failed", "-", stdin=quiet)
+    assert result.returncode == 0, result.stderr
+    (failure,) = json.loads(result.stdout)["failures"]
+    assert failure["line"] == "the quantized llama answers the same tokens for every prompt"
+    assert failure["line_no"] == 2
+    assert failure["rule"] == "fallback-line" and 0 < failure["confidence"] <= 0.5
+    empty = tmp_path / "empty.log"
+    empty.write_bytes(b"")
+    (only,) = json.loads(etriage("--format", "json", "--failed", str(empty)).stdout)["failures"]
+    assert only["rule"] == "empty-log" and only["confidence"] <= 0.5
+    assert json.loads(etriage("--format", "json", str(empty)).stdout)["failures"] == []
+
+
+def test_json_says_who_decided_and_what_it_looks_like():
+    result = etriage("--format", "json", "-", stdin=b"adb: error: device offline\n")
+    failure = json.loads(result.stdout)["failures"][0]
+    assert failure["category"] == "device_infra"
+    assert failure["decided_by"] and 0 < failure["confidence"] <= 1
+    assert all({"source", "category", "line", "similarity"} <= set(n) for n in failure["looks_like"])

@@ -1,0 +1,91 @@
+"""One decision from a rule and the model's opinion: who decided, how sure, what the label says."""
+from __future__ import annotations
+
+import pytest
+
+from triage_rules.decide import decide
+from triage_rules.engine import classify_text
+from triage_rules.model import Opinion
+from triage_rules.records import CATEGORIES
+
+
+def opinion(**probabilities: float) -> Opinion:
+    rest = (1 - sum(probabilities.values())) / (len(CATEGORIES) - len(probabilities))
+    return Opinion({c: probabilities.get(c, rest) for c in CATEGORIES}, ())
+
+
+def rules_reading(line: str):
+    return classify_text(line + "\n", use_model=False)[0]
+
+
+@pytest.mark.parametrize(
+    "line, rule, probabilities, category, decided_by",
+    [
+        # a generic rule (a bare exception) is weak evidence: a confident model overrules it
+        ("ValueError: bad cache index", "python-exception", {"mutable_buffer": 0.8}, "mutable_buffer", "model"),
+        # ... but not a model that is unsure
+        ("ValueError: bad cache index", "python-exception", {"mutable_buffer": 0.2}, "other", "python-exception"),
+        # a specific rule holds against a model that leans elsewhere
+        ("error: device offline", "device-offline", {"ci_infra": 0.5, "device_infra": 0.3}, "device_infra", "device-offline"),
+        # ... and gives way only when the model is nearly sure and gives the rule's category nothing
+        ("error: device offline", "device-offline", {"ci_infra": 0.95, "device_infra": 0.0}, "ci_infra", "model"),
+        # etriage's own probes are never overruled
+        ("ProbeFailure: [mutable_buffer] k_cache became a constant", "probe-failure", {"lint": 0.99},
+         "mutable_buffer", "probe-failure"),
+    ],
+)
+def test_rule_strength_against_the_model(line, rule, probabilities, category, decided_by):
+    failure = rules_reading(line)
+    assert failure.rule == rule
+    decide(failure, opinion(**probabilities))
+    assert (failure.category, failure.decided_by) == (category, decided_by)
+    assert 0 < failure.confidence <= 1
+
+
+def test_a_model_decision_carries_its_category_texts_and_keeps_the_exception():
+    failure = rules_reading("ValueError: bad cache index")
+    decide(failure, opinion(mutable_buffer=0.8))
+    assert failure.title == "Mutable buffer / KV cache state broke"
+    assert "ValueError" in failure.explanation and "bad cache index" in failure.explanation
+    assert failure.exception == "ValueError"
+    assert failure.confidence == pytest.approx(0.8, abs=0.01)
+
+
+@pytest.mark.parametrize("confidence, environment", [(0.9, True), (0.4, False)])
+def test_an_infrastructure_category_blames_the_environment_only_when_the_model_is_sure(confidence, environment):
+    failure = rules_reading("RuntimeError: step 3 went wrong")
+    decide(failure, opinion(device_infra=confidence))
+    assert failure.category == "device_infra"
+    assert failure.environment is environment
+
+
+def test_the_shipped_model_gives_every_failure_a_decision_and_neighbours():
+    failures = classify_text(
+        "adb: error: failed to get feature set: device 'R58M12ABCDE' not found\n"
+        "Traceback (most recent call last):\n"
+        "subprocess.CalledProcessError: Command '['adb', '-s', 'R58M12ABCDE', 'push']' returned non-zero exit status 1.\n"
+    )
+    assert failures
+    first = failures[0]
+    assert first.category == "device_infra"
+    assert first.decided_by and 0 < first.confidence <= 1
+    assert first.looks_like and all(n["source"].startswith("http") for n in first.looks_like)
+    assert first.to_dict()["decided_by"] == first.decided_by
+
+
+def test_the_guarded_property_of_the_failing_test_decides_over_the_exception_layer():
+    log = (
+        "FAILED exir/backend/test/test_to_backend_multi_method.py::TestToBackendMultiMethod::"
+        "test_multi_method_to_backend_two_methods_different_backends - "
+        "executorch.exir.verification.verifier.SpecViolationError: Operator torch._ops.aten.foo.default is not Aten Canonical.\n"
+    )
+    first = classify_text(log)[0]
+    assert first.exception.endswith("SpecViolationError")
+    assert first.category == "multi_method_lowering"
+    assert first.decided_by in ("test-area", "mm-test-failed", "model")
+    assert "SpecViolationError" in first.explanation or "Aten Canonical" in first.explanation
+    kv = classify_text("FAILED test/test_llama.py::test_kv_cache_update - AssertionError: tensors differ\n")[0]
+    assert kv.category == "mutable_buffer"
+    plain = classify_text("FAILED test/test_ops.py::test_add - executorch.exir.verification.verifier."
+                          "SpecViolationError: Operator torch._ops.aten.foo.default is not Aten Canonical.\n")[0]
+    assert plain.category == "export_failure"
