@@ -422,7 +422,7 @@ def triage_ci(ctx: WorkerContext, repo: str, head_sha: str, installation_id: int
     failed = [j for j in jobs if j.get("conclusion") in FAILED]
     found: list[tuple[dict, list]] = []
     for job in failed:
-        failures = classify_text(gh.job_log(repo, job["id"]), job_name=job["name"])
+        failures = classify_text(gh.job_log(repo, job["id"]), job_name=job["name"], failed=True)  # the job failed: never "no failure"
         ctx.store.record_failures(repo, head_sha, f"ci:{job['name']}", failures)
         found.append((job, failures))
     prs = ctx.store.pulls_with_head(repo, head_sha) or gh.pulls_for_commit(repo, head_sha)

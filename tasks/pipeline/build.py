@@ -90,7 +90,7 @@ def run_cmake_recipe(ws: Workspace, recipe: Recipe, commit: str, classify) -> tu
                           readable=[src], writable=[build_dir])
         if done.returncode != 0:
             text = done.log_path.read_text(errors="replace")
-            failures = [f.to_dict() for f in classify(text, job_name=f"build {recipe.name}")]
+            failures = [f.to_dict() for f in classify(text, job_name=f"build {recipe.name}", failed=True)]
             return "failed", str(build_dir), failures, done.tail(4000), False
     if ws.use_cache:
         with cache_lock(ws.data_dir):

@@ -47,7 +47,7 @@ def as_pytest_log(test: TestResult) -> str:
 
 
 def classify_failing(head: dict[Key, TestResult], classify) -> dict[Key, list]:
-    return {key: classify(as_pytest_log(test), job_name=test.suite)
+    return {key: classify(as_pytest_log(test), job_name=test.suite, failed=True)
             for key, test in head.items() if test.outcome in FAILED}
 
 
