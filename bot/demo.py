@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from bot.github_double import default_fixtures_dir
+from triage_rules.model import cache_dir as model_cache_dir
 
 REPO, PR = "Codertocat/Hello-World", 2
 DEMO_LOG = "pytest_failure.txt"
@@ -109,7 +110,9 @@ def _demo(args, root: Path, log_file: Path, started: float) -> int:
         f"PR head {head[:12]} (+ {REGRESSION})")
     environ = {"PATH": "/usr/bin:/bin", "HOME": str(root),
                "ETRIAGE_REPO_PATHS": f"{REPO}={sample.path}", "ETRIAGE_SUITES": SUITES,
-               "ETRIAGE_GITHUB_WRITE_INTERVAL": "0"}
+               "ETRIAGE_GITHUB_WRITE_INTERVAL": "0",
+               # the engine's learned model: trained once per machine, not per demo
+               "ETRIAGE_MODEL_CACHE": str(model_cache_dir())}
     serve_args = argparse.Namespace(port=0, host="127.0.0.1", data_dir=root / "data",
                                     concurrency=2, github_double=True, log_file=log_file)
     say("starting web + Celery worker + embedded Redis + GitHub double ...")

@@ -52,15 +52,41 @@ _TEST_KEY_RE = re.compile(r"^(.*?)(\[.*\])?$")
 
 
 @dataclass
+class Around:
+    """The raw bytes around a candidate line, decoded and cleaned only when read: most
+    candidates never become a reported failure, so most are never decoded."""
+
+    head: bytes = b""
+    tail: bytes = b""
+    before: int = 0
+    after: int = 0
+    skip_blank: bool = False
+
+    def lines(self) -> list[str]:
+        head = clean_lines(self.head.decode("utf-8", "replace"))[-self.before:] if self.head else []
+        tail = clean_lines(self.tail.decode("utf-8", "replace"))[:self.after] if self.tail else []
+        return [_clip(text) for text in head + tail if text.strip() or not self.skip_blank]
+
+
+@dataclass
 class Candidate:
     line_no: int
     line: str
     info: LineInfo
     score: int
     test: str | None = None
-    context: list[str] = field(default_factory=list)
+    raw_context: Around = field(default_factory=Around)
     frames: list[Frame] = field(default_factory=list)
-    neighbourhood: list[str] = field(default_factory=list)
+    raw_neighbourhood: Around = field(default_factory=Around)
+
+    @property
+    def context(self) -> list[str]:
+        return self.raw_context.lines()
+
+    @property
+    def neighbourhood(self) -> list[str]:
+        """What the learned model reads around a primary line (blank lines left out)."""
+        return self.raw_neighbourhood.lines()
 
 
 @dataclass
@@ -165,10 +191,12 @@ class Extractor:
                 cand.score -= 15  # the chained exception that follows carries more context
         elif info.frame:
             cand.frames = [Frame(info.frame[0], info.frame[1], "")]
-        cand.context = _context(buf, ls, le)
+        cand.raw_context = _around(buf, ls, le, CONTEXT_LINES, CONTEXT_LINES, TRACEBACK_WINDOW)
         group = self._group_for(cand)
         if cand.score >= REAL_FAILURE - 10 and (group.best is cand or cand.score > group.best.score):
-            cand.neighbourhood = _neighbourhood(buf, ls, le)  # only a line that becomes a primary one
+            # only a line that becomes a primary one
+            cand.raw_neighbourhood = _around(buf, ls, le, NEIGHBOURHOOD_BEFORE, NEIGHBOURHOOD_AFTER,
+                                             NEIGHBOURHOOD_CHARS, skip_blank=True)
         group.add(cand)
         if info.kind in _EXIT_KINDS:
             fallback = _last_output_before(buf, ls, line_no)
@@ -215,32 +243,24 @@ def _line(buf: bytes, start: int, end: int) -> str:
     return clean_line(buf[start:end].decode("utf-8", "replace"))
 
 
-def _context(buf: bytes, ls: int, le: int) -> list[str]:
-    return [_clip(text) for text in _around(buf, ls, le, CONTEXT_LINES, CONTEXT_LINES)]
-
-
-def _neighbourhood(buf: bytes, ls: int, le: int) -> list[str]:
-    """What the learned model reads around a primary line: up to NEIGHBOURHOOD_BEFORE lines
-    before and NEIGHBOURHOOD_AFTER after, blank ones left out."""
-    return [_clip(text) for text in _around(buf, ls, le, NEIGHBOURHOOD_BEFORE, NEIGHBOURHOOD_AFTER) if text.strip()]
-
-
-def _around(buf: bytes, ls: int, le: int, before: int, after: int) -> list[str]:
-    """The cleaned lines before and after buf[ls:le] (not that line): one decode, one clean."""
+def _around(buf: bytes, ls: int, le: int, before: int, after: int, limit: int, skip_blank: bool = False) -> Around:
+    """The raw lines before and after buf[ls:le] (not that line), within `limit` bytes either
+    side; copied out of the block, decoded only when read."""
+    floor, ceiling = max(0, ls - limit), min(len(buf), le + limit)
     lo = ls
     for _ in range(before):
-        if lo <= 0:
+        if lo <= floor:
             break
-        lo = buf.rfind(b"\n", max(0, ls - NEIGHBOURHOOD_CHARS), lo - 1) + 1
+        found = buf.rfind(b"\n", floor, lo - 1)
+        lo = found + 1 if found >= 0 else floor
     hi = le
     for _ in range(after):
-        if hi >= len(buf):
+        if hi >= ceiling:
             break
-        nxt = buf.find(b"\n", hi + 1, le + NEIGHBOURHOOD_CHARS)
-        hi = len(buf) if nxt < 0 else nxt
-    head = clean_lines(buf[lo:max(lo, ls - 1)].decode("utf-8", "replace")) if ls > lo else []
-    tail = clean_lines(buf[le + 1:hi].decode("utf-8", "replace")) if hi > le + 1 else []
-    return head + tail
+        found = buf.find(b"\n", hi + 1, ceiling)
+        hi = found if found >= 0 else ceiling
+    return Around(buf[lo:ls - 1] if ls - 1 > lo else b"", buf[le + 1:hi] if hi > le + 1 else b"",
+                  before, after, skip_blank)
 
 
 def _clip(text: str) -> str:

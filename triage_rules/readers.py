@@ -37,17 +37,14 @@ def clean_line(raw: str) -> str:
     return line.rstrip()
 
 
-_TIMESTAMPS_RE = re.compile(TIMESTAMP_RE.pattern, re.M)
-
-
 def clean_lines(text: str) -> list[str]:
-    """clean_line for every line of a text, with one regex pass over the whole text."""
-    text = _TIMESTAMPS_RE.sub("", text)
+    """clean_line for every line of a text (the ANSI pass runs once over the whole text)."""
     if "\x1b" in text:
         text = ANSI_RE.sub("", text)
-    if "\r" not in text:
-        return [line.rstrip() for line in text.split("\n")]
-    return [clean_line(line) for line in text.split("\n")]
+    if "\r" in text:
+        return [clean_line(line) for line in text.split("\n")]
+    sub = TIMESTAMP_RE.sub
+    return [(sub("", line, count=1) if line[:1].isdigit() else line).rstrip() for line in text.split("\n")]
 
 
 def gha_command(line: str) -> tuple[str | None, str]:

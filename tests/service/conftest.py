@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from bot.github_double import GitHubDouble
+from triage_rules.model import cache_dir as model_cache_dir
 from bot.replay import send
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -142,6 +143,8 @@ def service_env(tmp_path, double, checkout, redis_url, clean_redis):
         "DATABASE_URL": f"sqlite:///{tmp_path / 'etriage.db'}",
         "ETRIAGE_DATA_DIR": str(tmp_path / "data"), "ETRIAGE_REPO_PATHS": f"{REPO}={repo_dir}",
         "ETRIAGE_GITHUB_WRITE_INTERVAL": "0", "ETRIAGE_VISIBILITY_TIMEOUT": "60",
+        # the engine's model trained once for the whole run, not once per worker's HOME
+        "ETRIAGE_MODEL_CACHE": str(model_cache_dir()),
     }
 
 
