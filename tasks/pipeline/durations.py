@@ -60,6 +60,13 @@ def record(data_dir: Path, results: list[SuiteResult], *, whole_files: bool,
     os.replace(tmp, path)
 
 
+def estimate_tests(data: dict, node_ids: list[str], rules: Selection) -> float:
+    """Seconds for running these tests of one file: its import/collection cost plus each
+    test's learned time (the table's per-test estimate for a test never run)."""
+    tests = data.get("tests", {})
+    return rules.seconds_per_file + sum(tests.get(t, rules.seconds_per_test) for t in node_ids)
+
+
 def estimate(data: dict, path: str, n_tests: int, rules: Selection) -> tuple[float, str]:
     """(seconds, how it was estimated) for running one test file inside a shared process:
     its import/collection cost (seconds_per_file) plus its tests."""

@@ -90,9 +90,12 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
         progress("selecting tests (import graph of head) ...")
         graph = select.import_graph(ws.repo, plan.head, ws.data_dir, ws.use_cache)
         fixed = {p for s in plan.suites for p in tables.suites[s].paths}
+        symbols = {r.symbol for r in suspects.changed_regions(ws.repo, plan.merge_base, plan.head, plan.changed_files)
+                   if r.symbol and r.symbol != "<module>"}
         plan.selected, plan.left_out = select.select_tests(
-            graph, plan.changed_files, tables, fixed, durations.load(ws.data_dir) if ws.use_cache else None)
-        progress(f"selected {len(plan.selected)} test file(s): {', '.join(s.path for s in plan.selected) or '-'}")
+            graph, plan.changed_files, tables, fixed, durations.load(ws.data_dir) if ws.use_cache else None,
+            symbols=symbols)
+        progress(f"selected {len(plan.selected)} test(s): {', '.join(s.path for s in plan.selected) or '-'}")
         if not plan.selected:
             plan.suites.remove("selected")
             plan.notes.append("no further tests selected beyond the fixed suites")
@@ -169,7 +172,8 @@ def _head_runs(ws, tables, plan, targets, head_build, options, progress):
             run = SuiteRun(suite, head_build, target.name, ws.run_dir, options.python, paths,
                            timeout=options.suite_timeout,
                            budget_seconds=tables.selection.budget_seconds if selected else None,
-                           budget_paths=paths, sandbox=ws.sandbox)
+                           budget_paths=tuple(dict.fromkeys(p.split("::", 1)[0] for p in paths)),
+                           sandbox=ws.sandbox)
             ok, reason = target.available()
             if not ok:
                 not_run_results.append(not_run(run, reason))

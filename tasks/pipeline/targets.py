@@ -92,8 +92,8 @@ def _split(combined: SuiteResult, runs: list[SuiteRun]) -> list[SuiteResult]:
     """The combined run's results, back to their suites by test file."""
     owner = {}
     for run in runs:
-        for path in run.paths or run.suite.paths:
-            owner.setdefault(path, run.suite.name)
+        for path in run.paths or run.suite.paths:  # a path may be a node id (test-level selection)
+            owner.setdefault(path.split("::", 1)[0], run.suite.name)
         for test in run.node_ids:
             owner.setdefault(test.split("::", 1)[0], run.suite.name)
     results = []
