@@ -39,9 +39,18 @@ class KVCache(torch.nn.Module):
         return self.k_cache.sum(0, keepdim=True) + self.v_cache.sum(0, keepdim=True)
 
 
-def _model() -> KVCache:
+class KVCacheReadFirst(KVCache):
+    """Also reads the cache before writing it (a running summary of earlier steps): an op
+    whose only input is the mutated buffer, which constant propagation must never fold."""
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        earlier = self.k_cache.sum(0, keepdim=True) * 0.5
+        return super().forward(x, pos) + earlier
+
+
+def _model(cls: type[KVCache] = KVCache) -> KVCache:
     torch.manual_seed(0)
-    model = KVCache().eval()
+    model = cls().eval()
     for p in model.parameters():
         p.requires_grad_(False)
     return model
@@ -83,6 +92,13 @@ def _signature_problems(stage: str, ep) -> list[str]:
 def _describe(stage: str, ep) -> str:
     summary = graph_checks.signature_summary(ep, list(CACHES))
     return f"{stage}: {summary.describe(list(CACHES))}; BUFFER_MUTATION outputs: {summary.mutations}"
+
+
+def _cache_readers(ep) -> dict[str, int]:
+    """fqn -> how many graph nodes use the cache's input placeholder."""
+    by_input = {name: fqn for name, fqn in ep.graph_signature.inputs_to_buffers.items() if fqn in CACHES}
+    return {fqn: len(node.users) for node in ep.graph.nodes
+            if node.op == "placeholder" and (fqn := by_input.get(node.name))}
 
 
 def _new_constants(before, after) -> list[str]:
@@ -205,7 +221,44 @@ def kv_cache_quantized() -> dict:
     return _finish("quantized flow", run_problems, details, data)
 
 
+def kv_cache_through_passes() -> dict:
+    """Every step between export and the emitted program, on the portable runtime (no
+    delegate): to_edge, constant propagation (which must never fold a mutated buffer, the
+    second seed's symptom in another place), memory planning and emission with the buffers'
+    write-back, then three calls against eager. After each step the caches must still be
+    BUFFER inputs with a BUFFER_MUTATION output, read by the graph, never constants."""
+    from executorch.exir import EdgeCompileConfig, EdgeProgramManager, ExecutorchBackendConfig, to_edge
+    from executorch.exir.passes.constant_prop_pass import constant_prop_pass
+    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
+
+    model = _model(KVCacheReadFirst)
+    ep = torch.export.export(copy.deepcopy(model), _example(0))
+    edge = to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    problems = _signature_problems("to_edge", edge.exported_program())
+    details = [_describe("to_edge", edge.exported_program())]
+    before = _cache_readers(edge.exported_program())  # the pass may rewrite its input in place
+    propagated = constant_prop_pass(edge.exported_program())
+    problems += _signature_problems("constant_prop_pass", propagated)
+    frozen = graph_checks.constant_cache_writes(propagated)
+    problems += [f"constant_prop_pass: {w.describe()}" for w in frozen]
+    new = _new_constants(edge.exported_program(), propagated)
+    after = _cache_readers(propagated)
+    problems += [f"constant_prop_pass folded {before[fqn] - after.get(fqn, 0)} read(s) of the mutated buffer {fqn} "
+                 f"into constant(s) {', '.join(new) or '?'}: those reads no longer see the state written by earlier calls"
+                 for fqn in before if after.get(fqn, 0) < before[fqn]]
+    details.append(_describe("constant_prop_pass", propagated))
+    manager = EdgeProgramManager({"forward": propagated}, compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    config = ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(list(CACHES))])
+    program, pte = to_pte(manager, config)
+    final = program.exported_program()
+    problems += [f"memory planning/emission: {p}" for p in graph_checks.write_back_problems(final, list(CACHES))]
+    run_problems, data = _run_steps(pte, model, atol=1e-4, rtol=1e-4)
+    return _finish("export -> to_edge -> constant_prop_pass -> to_executorch (portable)",
+                   problems + run_problems, details, data)
+
+
 PROBES = [
     ("kv_cache_fp", kv_cache_fp),
     ("kv_cache_quantized", kv_cache_quantized),
+    ("kv_cache_through_passes", kv_cache_through_passes),
 ]

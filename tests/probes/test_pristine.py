@@ -15,6 +15,7 @@ EXPECTED = {
     ("multi_method", "shared_nodes_across_delegates"),
     ("mutable_buffer", "kv_cache_fp"),
     ("mutable_buffer", "kv_cache_quantized"),
+    ("mutable_buffer", "kv_cache_through_passes"),
 }
 
 
@@ -30,7 +31,7 @@ def test_all_probes_pass_and_exit_zero(pristine_run):
 def test_junit_names_every_probe(pristine_run):
     _, suite = pristine_run
     assert suite.tag == "testsuite" and suite.get("name") == "etriage.probes"
-    assert suite.get("tests") == "5" and suite.get("failures") == "0" and suite.get("errors") == "0"
+    assert suite.get("tests") == str(len(EXPECTED)) and suite.get("failures") == "0" and suite.get("errors") == "0"
     cases = {(c.get("classname"), c.get("name"), c.get("file")) for c in suite.iter("testcase")}
     assert cases == {(f"probes.{s}", n, f"tasks/probes/{s}.py") for s, n in EXPECTED}
     assert not any(len(c) for c in suite.iter("testcase")), "a pristine probe reported a failure/error/skip"

@@ -43,6 +43,18 @@ CASES = [
         },
     ),
     Case(
+        "mutable_buffer_constant_prop_folds_cache",
+        "mutable_buffer",
+        {
+            "kv_cache_through_passes": [
+                "ProbeFailure: [mutable_buffer]",
+                "constant_prop_pass folded 1 read(s) of the mutated buffer k_cache",
+                "output differs from eager",
+            ]
+        },
+        passing=("kv_cache_fp",),
+    ),
+    Case(
         "multi_method_first_partitioner_for_all",
         "multi_method",
         {
