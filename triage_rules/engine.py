@@ -19,6 +19,7 @@ import re
 from triage_rules import errors
 from triage_rules.decide import decide
 from triage_rules.extract import Extractor, FailureGroup
+from triage_rules.junit import read_junit
 from triage_rules.fingerprint import fingerprint
 from triage_rules.readers import LogReadError, check_path, clean_line, iter_blocks_of_text, iter_text_blocks
 from triage_rules.model import FailureModel, default_model, fields_of
@@ -240,6 +241,24 @@ def _looks_like_junit(head: str) -> bool:
 
 
 def _classify_junit(text: str, job_name: str | None) -> list[Failure]:
-    from triage_rules.junit import failures_from_junit
-
-    return failures_from_junit(text, job_name=job_name)
+    """One Failure per failed or errored test case; the case's own output picks the primary line."""
+    failures: list[Failure] = []
+    for case in read_junit(text):
+        if case.outcome not in ("failed", "error"):
+            continue
+        body = "\n".join(part for part in (case.message, case.text) if part)
+        inner = classify_blocks([body + "\n"], job_name=job_name, failed=True, use_model=False) if body.strip() else []
+        if inner:
+            failure = inner[0]
+            failure.line_no = case.line_no
+            failure.test = case.test_id
+            failure.fingerprint = fingerprint(case.test_id, failure.exception or "", failure.message or failure.line)
+            apply_rules(failure, tuple(failure.context), job_name)
+        else:
+            line = case.message or f"{case.outcome}: {case.test_id}"
+            failure = Failure(line=line, line_no=case.line_no, test=case.test_id, message=case.message,
+                              fingerprint=fingerprint(case.test_id, case.outcome, case.message))
+            apply_rules(failure, (), job_name)
+        failures.append(failure)
+    add_opinions(failures, job_name)  # once the test ids are known: they are evidence too
+    return sorted(failures, key=lambda f: f.line_no)  # the order the report lists them

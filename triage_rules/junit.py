@@ -9,8 +9,6 @@ import os
 from dataclasses import dataclass
 from xml.parsers import expat
 
-from triage_rules.records import Failure
-
 OUTCOME_TAGS = {"failure": "failed", "error": "error", "skipped": "skipped"}
 # A failed test beats an errored teardown beats a skip when one case carries several.
 _OUTCOME_RANK = {"passed": 0, "skipped": 1, "error": 2, "failed": 3}
@@ -122,30 +120,3 @@ def _float(value: str | None) -> float:
         return float(value) if value else 0.0
     except ValueError:
         return 0.0
-
-
-def failures_from_junit(text: str, *, job_name: str | None = None) -> list[Failure]:
-    """One Failure per failed or errored test case; the case's own output picks the primary line."""
-    from triage_rules.engine import add_opinions, apply_rules, classify_blocks
-    from triage_rules.fingerprint import fingerprint
-
-    failures: list[Failure] = []
-    for case in read_junit(text):
-        if case.outcome not in ("failed", "error"):
-            continue
-        body = "\n".join(part for part in (case.message, case.text) if part)
-        inner = classify_blocks([body + "\n"], job_name=job_name, failed=True, use_model=False) if body.strip() else []
-        if inner:
-            failure = inner[0]
-            failure.line_no = case.line_no
-            failure.test = case.test_id
-            failure.fingerprint = fingerprint(case.test_id, failure.exception or "", failure.message or failure.line)
-            apply_rules(failure, tuple(failure.context), job_name)
-        else:
-            line = case.message or f"{case.outcome}: {case.test_id}"
-            failure = Failure(line=line, line_no=case.line_no, test=case.test_id, message=case.message,
-                              fingerprint=fingerprint(case.test_id, case.outcome, case.message))
-            apply_rules(failure, (), job_name)
-        failures.append(failure)
-    add_opinions(failures, job_name)  # once the test ids are known: they are evidence too
-    return sorted(failures, key=lambda f: f.line_no)  # the order the report lists them
