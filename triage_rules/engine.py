@@ -12,17 +12,16 @@ back, the most error-like line of the log's tail with a low confidence when noth
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-
 import re
+from collections.abc import Iterable
 
 from triage_rules import errors
 from triage_rules.decide import decide
 from triage_rules.extract import Extractor, FailureGroup
-from triage_rules.junit import read_junit
 from triage_rules.fingerprint import fingerprint
-from triage_rules.readers import LogReadError, check_path, clean_line, iter_blocks_of_text, iter_text_blocks
+from triage_rules.junit import read_junit
 from triage_rules.model import FailureModel, default_model, fields_of
+from triage_rules.readers import LogReadError, check_path, clean_line, iter_blocks_of_text, iter_text_blocks
 from triage_rules.records import CATEGORIES, Failure
 from triage_rules.rules import Subject, default_rules, match_rules, owners_for_path
 

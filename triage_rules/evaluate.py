@@ -90,7 +90,7 @@ def evaluate(records: list[Record], model: FailureModel | None) -> Report:
 
 def cross_validate(records: list[Record], folds: int = 5, **params) -> list[dict]:
     """Grouped K-fold by thread over `records`: per fold, train on the rest and evaluate."""
-    from sklearn.model_selection import GroupKFold
+    from sklearn.model_selection import GroupKFold  # deferred: scikit-learn is heavy (model.py)
 
     groups = [r.thread for r in records]
     results = []
