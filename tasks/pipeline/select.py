@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import os
 import re
 from collections import deque
@@ -207,7 +208,7 @@ def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables, fixed_
             item.reason += f" -- left out: excluded by {excluded!r} (needs hardware/SDK or too long)"
             left_out.append(item)
             continue
-        if len(selected) >= rules.max_files:
+        if len({s.path.split("::", 1)[0] for s in selected}) >= rules.max_files:  # files, not node ids
             item.reason += f" -- left out: over the budget of {rules.max_files} files"
             left_out.append(item)
             continue
@@ -216,7 +217,8 @@ def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables, fixed_
             if part <= left or not selected:
                 selected += [SelectedTest(path=t, reason=f"{reason}; only its tests named after the change "
                                                          f"(the whole file ~{cost:.0f}s is over the budget)",
-                                          estimated_seconds=round(part / len(relevant), 1)) for t in relevant]
+                                          estimated_seconds=math.floor(part / len(relevant) * 10) / 10)
+                             for t in relevant]
                 spent += part
                 item.reason += f" -- partly run: {len(relevant)} of its tests, the rest is over the time budget"
                 left_out.append(item)

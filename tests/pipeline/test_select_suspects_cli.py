@@ -162,3 +162,14 @@ def test_the_first_candidate_runs_even_over_the_budget(et_repo, data_dir):
     selected, left_out = select.select_tests(graph, change, tables, set(), learned)
     assert selected, "a budget must never leave a change untested"
     assert all("left out" in s.reason or "partly run" in s.reason for s in left_out)
+
+
+def test_node_ids_of_one_file_count_as_one_file_against_max_files(et_repo, data_dir):
+    graph = select.import_graph(et_repo.path, et_repo.base, data_dir)
+    tables = load_tables()
+    change = [ChangedFile("exir/passes/constant_prop_pass.py", "M")]
+    selected, _ = select.select_tests(graph, change, tables, set(), symbols={"constant_prop_pass"})
+    files = {s.path.split("::", 1)[0] for s in selected}
+    assert len(selected) > len(files)  # several node ids of test_passes.py ...
+    assert len(files) <= tables.selection.max_files  # ... count once
+    assert len(files) > 1 or sum(s.estimated_seconds for s in selected) > tables.selection.budget_seconds / 2
