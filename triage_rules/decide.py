@@ -9,9 +9,9 @@ exception, an assertion, "a test failed", "unclassified") is weak evidence, whic
 model overrules. etriage's own probes (`certain`) are never overruled. A test whose name says
 what it guards (`test_to_backend_multi_method*`, `*mutable_buffer*`, `*kv_cache*`) is evidence
 for that category even when its exception is generic or another layer's (a SpecViolationError
-raised inside a multi-method test is a multi-method failure); the exception is still shown. The weights were chosen
-by cross-validation on the corpus's training part (`etriage eval --cv`), never on its
-evaluation part.
+raised inside a multi-method test is a multi-method failure); the exception is still shown, and
+an environment verdict is never re-read this way. The weights were chosen by cross-validation
+on the corpus's training part (`etriage eval --cv`), never on its evaluation part.
 """
 from __future__ import annotations
 
