@@ -148,6 +148,9 @@ class Verdict(_Record):
     suspects: list[Suspect] = field(default_factory=list)
     log_excerpt: str = ""
     reproduce: str = ""
+    decided_by: str = ""  # the engine's: a rule id, "model" or "test-area"
+    confidence: float = 0.0
+    looks_like: list[dict] = field(default_factory=list)  # nearest labelled public failures
 
 
 

@@ -89,7 +89,10 @@ def decide(base: dict[Key, TestResult], head: dict[Key, TestResult], failures: d
                 title=failure.title if failure else "",
                 explanation=failure.explanation if failure else "",
                 suggestion=failure.suggestion if failure else "",
-                log_excerpt=_excerpt(test.text or test.message, failure)))
+                log_excerpt=_excerpt(test.text or test.message, failure),
+                decided_by=failure.decided_by if failure else "",
+                confidence=failure.confidence if failure else 0.0,
+                looks_like=list(failure.looks_like) if failure else []))
         elif base_outcome in FAILED and test.outcome == "passed" and (complete is None or key[:2] in complete):
             verdicts.append(Verdict(suite=key[0], test=key[2], target=key[1], base=base_outcome,
                                     head=test.outcome, verdict="fixed"))

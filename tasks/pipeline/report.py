@@ -38,7 +38,12 @@ def _groups(verdicts: list[Verdict]) -> list[list[Verdict]]:
 def _section(group: list[Verdict], h: str) -> list[str]:
     first = group[0]
     lines = [f"{h}# {first.title or first.category}: {len(group)} test{'s' if len(group) > 1 else ''}", ""]
-    lines.append(f"- **Category:** `{first.category}`" + (f" (rule `{first.rule}`)" if first.rule else ""))
+    how = (f" (decided by `{first.decided_by}`, confidence {first.confidence:.2f})" if first.decided_by
+           else f" (rule `{first.rule}`)" if first.rule else "")
+    lines.append(f"- **Category:** `{first.category}`{how}")
+    if first.looks_like:
+        lines.append("- **Looks like:** " + ", ".join(
+            f"[{n['category']}]({n['source']}) ({n['similarity']:.2f})" for n in first.looks_like[:3]))
     lines.append(f"- **Primary line:** `{first.primary_line.strip()[:300]}`")
     if first.explanation:
         lines.append(f"- **Why:** {first.explanation}")

@@ -50,3 +50,15 @@ def test_comment_has_one_headline_over_both_sections():
     assert lines[1] == "## etriage: ❌ 3 new failures caused by this change · 2 pre-existing"
     assert [line for line in lines if line.startswith("## ")] == [lines[1]]
     assert body.index("### Rebuild and tests") < body.index("### CI logs")
+
+
+def test_a_new_failure_says_who_decided_and_what_it_looks_like():
+    report = _report()
+    report.results[0].decided_by, report.results[0].confidence = "model", 0.734
+    report.results[0].looks_like = [{"source": "https://github.com/pytorch/executorch/issues/1", "category":
+                                     "multi_method_lowering", "line": "x", "similarity": 0.61}]
+    text = to_markdown(report)
+    assert "- **Category:** `multi_method_lowering` (decided by `model`, confidence 0.73)" in text
+    assert "- **Looks like:** [multi_method_lowering](https://github.com/pytorch/executorch/issues/1) (0.61)" in text
+    plain = to_markdown(_report())
+    assert "Looks like" not in plain and "decided by" not in plain
