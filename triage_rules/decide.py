@@ -23,7 +23,7 @@ import yaml
 
 from triage_rules.model import Opinion
 from triage_rules.records import CATEGORIES, Failure
-from triage_rules.rules import owners_for_path, rules_by_id
+from triage_rules.rules import owners_of, rules_by_id
 
 WEIGHT = {"strong": 0.4, "weak": 0.0}
 RULE_PRIOR = {"strong": 0.8, "weak": 0.3}  # how often such a rule alone is right
@@ -103,12 +103,4 @@ def _relabel(failure: Failure, category: str) -> None:
         failure.explanation += f" ({generic})"
     failure.suggestion = texts.get("suggestion", "")
     failure.environment = bool(texts.get("environment")) and failure.confidence >= ENVIRONMENT_FLOOR
-    owners: list[str] = []
-    for entry in texts.get("owners", []):
-        owners.extend([entry] if entry.startswith("@") else owners_for_path(entry))
-    for frame in reversed(failure.frames):
-        found = owners_for_path(frame.file)
-        if found:
-            owners.extend(found)
-            break
-    failure.owners = list(dict.fromkeys(owners))
+    failure.owners = owners_of(texts.get("owners", []), failure.frames)

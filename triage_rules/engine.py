@@ -23,7 +23,7 @@ from triage_rules.junit import read_junit
 from triage_rules.model import FailureModel, default_model, fields_of
 from triage_rules.readers import LogReadError, check_path, clean_line, iter_blocks_of_text, iter_text_blocks
 from triage_rules.records import CATEGORIES, Failure
-from triage_rules.rules import Subject, default_rules, match_rules, owners_for_path
+from triage_rules.rules import Subject, default_rules, match_rules, owners_of
 
 MAX_FAILURES = 50
 MAX_EVIDENCE_LINES = 12  # plus the primary line's neighbourhood (extract.NEIGHBOURHOOD_*)
@@ -194,9 +194,9 @@ def apply_rules(failure: Failure, evidence: tuple[str, ...] = (), job_name: str 
         failure.explanation = _fill(rule.explanation, values)
         failure.suggestion = _fill(rule.suggestion, values) if rule.suggestion else ""
         failure.environment = rule.environment
-        failure.owners = _owners(rule.owners, failure)
+        failure.owners = owners_of(rule.owners, failure.frames)
     if not failure.owners:
-        failure.owners = _owners((), failure)
+        failure.owners = owners_of((), failure.frames)
 
 
 class _Values(dict):
@@ -220,18 +220,6 @@ def _fill(template: str, values: _Values) -> str:
         return template.format_map(values)
     except (ValueError, IndexError):
         return template  # a literal brace in a template: show it as written
-
-
-def _owners(rule_owners: tuple[str, ...], failure: Failure) -> list[str]:
-    owners: list[str] = []
-    for entry in rule_owners:
-        owners.extend([entry] if entry.startswith("@") else owners_for_path(entry))
-    for frame in reversed(failure.frames):  # the innermost ExecuTorch frame says whose code raised
-        found = owners_for_path(frame.file)
-        if found:
-            owners.extend(found)
-            break
-    return list(dict.fromkeys(owners))
 
 
 def _looks_like_junit(head: str) -> bool:

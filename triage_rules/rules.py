@@ -275,3 +275,17 @@ def owners_for_path(path: str) -> list[str]:
         if probe.startswith(prefix) or probe == prefix.rstrip("/"):
             return list(owners)
     return []
+
+
+def owners_of(entries, frames) -> list[str]:
+    """@handles and /paths/ of a rule or category, then the owners of the innermost frame that
+    has any (that frame says whose code raised); each owner once, in that order."""
+    owners: list[str] = []
+    for entry in entries:
+        owners.extend([entry] if entry.startswith("@") else owners_for_path(entry))
+    for frame in reversed(frames):
+        found = owners_for_path(frame.file)
+        if found:
+            owners.extend(found)
+            break
+    return list(dict.fromkeys(owners))
