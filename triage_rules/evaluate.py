@@ -80,12 +80,11 @@ def evaluate(records: list[Record], model: FailureModel | None) -> Report:
         found = classify_text(record.excerpt, failed=True, use_model=False)
         failure = found[0]
         rules_only = failure.category
-        # without --failed the engine would have found nothing exactly when --failed had to guess
-        guessed = failure.rule in ("fallback-line", "empty-log")
         add_opinions([failure], model=model)
+        clean = classify_text(record.excerpt, use_model=False)
         report.outcomes.append(Outcome(
             record, failure.category, rules_only, failure.decided_by, failure.confidence,
-            line_found=failure.line.strip() == record.failure_line.strip(), no_failure=guessed))
+            line_found=failure.line.strip() == record.failure_line.strip(), no_failure=not clean))
     return report
 
 
