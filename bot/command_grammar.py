@@ -4,7 +4,7 @@ A command is a line that starts with `/etriage` or a mention of the bot (`@etria
 `@etriage[bot]`), outside fenced (``` / ~~~) and indented code and block quotes:
 
     /etriage rerun [failed|all] [--target T]...     write access
-    /etriage run <suite> [on <target>]             write access
+    /etriage run <suite> [on <target>] [--all]     write access (--all: suite `selected`, no budget)
     /etriage explain <failure>                     anyone (number in the summary, test id, fingerprint)
     /etriage label <name>...                       write access, names from the label allow-list
     /etriage ignore <failure> --reason "..."       write access
@@ -32,7 +32,7 @@ MAX_COMMANDS = 10
 MAX_REASON_CHARS = 500
 USAGE = {
     "rerun": "rerun [failed|all] [--target T]",
-    "run": "run <suite> [on <target>]",
+    "run": "run <suite> [on <target>] [--all]",
     "explain": "explain <failure>",
     "label": "label <name>...",
     "ignore": 'ignore <failure> --reason "..."',
@@ -52,6 +52,7 @@ class Command:
     failure: str = ""  # explain, ignore
     labels: tuple[str, ...] = ()  # label
     reason: str = ""  # ignore
+    all_tests: bool = False  # run selected --all: every relevant test, not only the budget's
 
 
 class CommandError(Exception):
@@ -217,12 +218,19 @@ def _rerun(line: str, args: list[str]) -> Command:
 
 
 def _run(line: str, args: list[str]) -> Command:
-    words, _ = _options(line, "run", args, {})
+    flags = [a for a in args if a.lower() == "--all"]
+    if len(flags) > 1:
+        raise CommandError(line, "run: --all given twice")
+    words, _ = _options(line, "run", [a for a in args if a.lower() != "--all"], {})
     _expect(line, "run", words, 1, 3)
     if len(words) > 1 and (words[1].lower() != "on" or len(words) != 3):
         raise CommandError(line, f"run: expected `on <target>` after the suite; usage: `/etriage {USAGE['run']}`")
     targets = (_name(line, "target", words[2]),) if len(words) == 3 else ()
-    return Command("run", line, suite=_name(line, "suite", words[0]), targets=targets)
+    suite = _name(line, "suite", words[0])
+    if flags and suite != "selected":
+        raise CommandError(line, f"run: --all applies to the suite `selected` only (the tests picked for the "
+                                 f"change); {shown(words[0])} always runs whole")
+    return Command("run", line, suite=suite, targets=targets, all_tests=bool(flags))
 
 
 def _explain(line: str, args: list[str]) -> Command:

@@ -165,9 +165,10 @@ class _Session:
         if command.suite not in self.config.suites:
             raise Refused(f"unknown suite {shown(command.suite)}; known: {_names(self.config.suites)}")
         targets = self._targets(command.targets)
-        self._triage(reason="run", suites=[command.suite], targets=targets)
+        self._triage(reason="run:all" if command.all_tests else "run", suites=[command.suite], targets=targets)
         on = f" on {targets[0]}" if targets else ""
-        return Outcome(command.line, "run", "accepted", f"run {command.suite}{on}")
+        every = " (every relevant test that can run here, no budget)" if command.all_tests else ""
+        return Outcome(command.line, "run", "accepted", f"run {command.suite}{on}{every}")
 
     def do_label(self, command: Command) -> Outcome:
         if self.config.labels is None:

@@ -13,6 +13,7 @@ triage:                     # triage pull requests
   paths: {"backends/qualcomm/**": qnn}       # path glob -> backend, before the built-in table
   trusted: [octocat]        # GitHub logins whose PRs' code runs without ok-to-test (besides
                             # everyone with write access); see docs/SANDBOX.md
+  budget_seconds: 120       # time for the tests selected per change (default: the tables', 60)
 commands: {}                # /etriage slash commands
 labels:                     # category -> label name; the allow-list of `/etriage label`
   multi_method_lowering: "triage: multi-method"
@@ -46,6 +47,7 @@ PATH = ".github/etriage.yml"
 NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?$")  # a GitHub user or app login
 TARGET_KINDS = ("emulator", "device")
+BUDGET_RANGE = (10, 1800)  # seconds: a selected-tests budget must fit one suite run's timeout
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class TriageConfig:
     targets: tuple[str, ...] = ("host", "qnn-sim")
     paths: Mapping[str, str] = field(default_factory=dict)  # glob -> backend
     trusted: tuple[str, ...] = ()  # logins whose changes run without a maintainer's ok-to-test
+    budget_seconds: int | None = None  # selected tests' time budget; None: the tables' default
 
     def trusts(self, login: str) -> bool:
         return login.lower() in {name.lower() for name in self.trusted}
@@ -94,6 +97,8 @@ DEFAULT_SUITES = {
     "mutable_buffer": Suite("mutable_buffer", "mutable buffers (KV cache) through export and quantization"),
     "probes": Suite("probes", "the multi-method and mutable-buffer probes"),
     "qnn": Suite("qnn", "the QNN backend's own tests"),
+    "selected": Suite("selected", "ExecuTorch tests picked for the change, relevance before cost, within the "
+                                  "budget (`--all`: every relevant one that can run here)"),
 }
 DEFAULT_TARGETS = {
     "host": Target("host", "emulator"),
@@ -217,7 +222,8 @@ NAME_RULE = Scalar("str", pattern=NAME)
 _SCHEMA = Section({
     "triage": Section({"suites": ListOf(NAME_RULE), "targets": ListOf(NAME_RULE),
                        "paths": MapOf(STR, STR),
-                       "trusted": ListOf(Scalar("str", pattern=LOGIN))}, nullable=True),
+                       "trusted": ListOf(Scalar("str", pattern=LOGIN)), "budget_seconds": INT},
+                      nullable=True),
     "commands": Section({}, nullable=True),
     "labels": MapOf(Scalar("str", choices=CATEGORIES), STR, nullable=True),
     "ci_logs": Section({"workflows": ListOf(STR), "max_bytes": INT}, nullable=True),
@@ -317,7 +323,8 @@ def _build(data: dict) -> RepoConfig:
         targets=MappingProxyType(targets),
         triage=section("triage", lambda s: TriageConfig(
             tuple(s.get("suites", TriageConfig.suites)), tuple(s.get("targets", TriageConfig.targets)),
-            MappingProxyType(dict(s.get("paths", {}))), tuple(s.get("trusted", ())))),
+            MappingProxyType(dict(s.get("paths", {}))), tuple(s.get("trusted", ())),
+            s.get("budget_seconds"))),
         commands=section("commands", lambda s: CommandsConfig()),
         labels=section("labels", lambda s: MappingProxyType({**DEFAULT_LABELS, **s})),
         ci_logs=section("ci_logs", lambda s: CiLogsConfig(
@@ -335,6 +342,9 @@ def _dangling(config: RepoConfig):
         for index, target in enumerate(config.triage.targets):
             if target not in config.targets:
                 yield f"triage.targets[{index}]", f"unknown target {target!r}{_did_you_mean(target, config.targets)}"
+    if config.triage and config.triage.budget_seconds is not None and \
+            not BUDGET_RANGE[0] <= config.triage.budget_seconds <= BUDGET_RANGE[1]:
+        yield "triage.budget_seconds", f"must be between {BUDGET_RANGE[0]} and {BUDGET_RANGE[1]} seconds"
     if config.ci_logs and config.ci_logs.max_bytes <= 0:
         yield "ci_logs.max_bytes", "must be a positive number of bytes"
     if config.devices:

@@ -40,9 +40,11 @@ class ChangedFile(_Record):
 
 @dataclass
 class SelectedTest(_Record):
-    path: str  # test file, relative to the package root
+    path: str  # test file or pytest node id, relative to the package root
     reason: str
     estimated_seconds: float = 0.0
+    module: str = ""  # the changed file this test is relevant to
+    why: str = ""  # left out because: needs | excluded | files | budget | run_budget ("" when run)
 
 
 @dataclass
@@ -61,7 +63,7 @@ class Plan(_Record):
     notes: list[str] = field(default_factory=list)
     selected: list[SelectedTest] = field(default_factory=list)
     left_out: list[SelectedTest] = field(default_factory=list)
-
+    budget_seconds: float = 0.0  # the selected tests' time budget this run had
 
 
 @dataclass

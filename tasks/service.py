@@ -252,8 +252,11 @@ def triage_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
     if problem:
         payload = environment_payload(head_sha, problem, notes)
     else:
+        config = ctx.repo_config_or_defaults(gh, repo)
         report = run_pipeline(ctx, Path(checkout), pull["base_sha"], head_sha,
-                              suites=suites, targets=targets, progress=progress)
+                              suites=suites, targets=targets, progress=progress,
+                              budget_seconds=config.triage.budget_seconds if config.triage else None,
+                              select_all=reason == "run:all")
         ctx.checkpoint(repo, pr, head_sha)
         ctx.store.record_results(repo, head_sha, result_rows(report))
         payload = report_payload(head_sha, report, notes)
@@ -311,7 +314,7 @@ def environment_payload(head_sha: str, problem: str, notes=()) -> PublishPayload
 
 
 def run_pipeline(ctx: WorkerContext, checkout: Path, base: str, head: str, *, suites, targets,
-                 progress):
+                 progress, budget_seconds: float | None = None, select_all: bool = False):
     """tasks.pipeline.run.triage on the worker's clone, every command of the change in the
     sandbox (never without: no sandbox here means nothing runs, and the report says so). The
     GitHub token is in no environment the pipeline sees: only the tool variables it needs."""
@@ -322,7 +325,8 @@ def run_pipeline(ctx: WorkerContext, checkout: Path, base: str, head: str, *, su
                             data_dir=Path(ctx.settings.data_dir), targets=targets,
                             suites=suites, tool_env=dict(ctx.options.tool_env),
                             suite_timeout=ctx.options.suite_timeout,
-                            sandbox=Sandbox(bwrap=ctx.options.sandbox_bwrap))
+                            sandbox=Sandbox(bwrap=ctx.options.sandbox_bwrap),
+                            budget_seconds=budget_seconds, select_all=select_all)
     return triage(options, progress=lambda message: progress("Running", message))
 
 

@@ -24,6 +24,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tables", type=Path, help="directory of areas/suites/recipes/targets YAML")
     parser.add_argument("--full-base", action="store_true",
                         help="run every suite in full at the merge base (slower; fills the cache, reports `fixed`)")
+    parser.add_argument("--budget", type=float, metavar="SECONDS",
+                        help="time budget of the tests selected for the change (default: the tables')")
+    parser.add_argument("--select-all", action="store_true",
+                        help="run every relevant test that can run here, not only the budget's")
     parser.add_argument("--keep-run-dir", action="store_true", help="keep overlays and logs for debugging")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument("--no-sandbox", action="store_true",
@@ -47,7 +51,7 @@ def run(args) -> int:
         targets=args.targets, suites=args.suites, use_cache=not args.no_cache,
         tables_dir=args.tables, keep_run_dir=args.keep_run_dir, full_base=args.full_base,
         tool_env={k: os.environ[k] for k in QUIET_ENV if os.environ.get(k)},
-        sandbox=Sandbox(enabled=not args.no_sandbox))
+        sandbox=Sandbox(enabled=not args.no_sandbox), budget_seconds=args.budget, select_all=args.select_all)
     if args.no_sandbox:
         progress("--no-sandbox: the change's code runs with your own user's access")
     try:

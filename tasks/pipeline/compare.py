@@ -1,6 +1,7 @@
 """Stage 4, compare: head results against the merge base's, one verdict per failing test.
 
-    environment   the engine says the environment is at fault (checked first: never blamed)
+    environment   the engine says the environment is at fault (checked first: never blamed), or
+                  a package the worker lacks is missing at head and at the merge base alike
     pre_existing  fails at head and at the merge base
     flaky         failed at head, passed when retried at the same head
     new           fails at head, passed (or did not exist) at the merge base
@@ -8,10 +9,13 @@
 """
 from __future__ import annotations
 
+import re
+
 from tasks.records import SuiteResult, TestResult, Verdict
 
 FAILED = ("failed", "error")
 Key = tuple[str, str, str]  # (suite, target, test)
+_MISSING = re.compile(r"No module named '([\w.]+)'")
 
 
 def crash_test(suite: SuiteResult) -> TestResult:
@@ -70,7 +74,7 @@ def decide(base: dict[Key, TestResult], head: dict[Key, TestResult], failures: d
         base_outcome = base_test.outcome if base_test else "absent"
         if test.outcome in FAILED:
             found = failures.get(key, [])
-            if any(f.environment for f in found):
+            if any(f.environment for f in found) or _same_missing_package(test, base_test):
                 verdict = "environment"
             elif base_outcome in FAILED:
                 verdict = "pre_existing"
@@ -97,6 +101,22 @@ def decide(base: dict[Key, TestResult], head: dict[Key, TestResult], failures: d
             verdicts.append(Verdict(suite=key[0], test=key[2], target=key[1], base=base_outcome,
                                     head=test.outcome, verdict="fixed"))
     return verdicts
+
+
+def missing_package(test: TestResult | None) -> str | None:
+    """The third-party package a failed test could not import (`No module named 'tosa'`), or
+    None; ExecuTorch's own modules do not count (a change can remove one)."""
+    if test is None or test.outcome not in FAILED:
+        return None
+    found = _MISSING.search(f"{test.message}\n{test.text}")
+    return found.group(1) if found and not found.group(1).startswith("executorch") else None
+
+
+def _same_missing_package(head: TestResult, base: TestResult | None) -> bool:
+    """A package the worker lacks at head and at the merge base alike: the environment's, not
+    the change's (a change that adds the import fails only at head and stays `new`)."""
+    name = missing_package(head)
+    return name is not None and missing_package(base) == name
 
 
 def _excerpt(text: str, failure, limit: int = 3000) -> str:

@@ -85,11 +85,21 @@ def plan_change(repo, base: str, head: str, tables: Tables, *,
         notes.append("no changes between the merge base and head: nothing to run")
     elif docs_only:
         notes.append("documentation-only change: no build, no suites run")
-    elif not backends:
+    elif not backends and not any(p.endswith(".py") for f in files for p in filter(None, (f.path, f.old_path))):
         notes.append(f"changes only in areas that affect no backend ({', '.join(areas)}): no suites run")
 
     touched = [p for f in files for p in filter(None, (f.path, f.old_path))]
     suite_names = suites_for(backends, tables, suites, touched, notes) if backends and not docs_only else []
+    python = [p for p in touched if p.endswith(".py") and not (area_of(p, tables) and area_of(p, tables).docs)]
+    if python and "selected" in tables.suites and "selected" not in suite_names and suites in (None, [], ["selected"]):
+        # Every backend is decided per test: a change outside the backends with suites of their
+        # own still runs the tests selected for it that run here.
+        suite_names.append("selected")
+        outside = sorted({p.split("/")[1] for p in python if p.startswith("backends/") and p.count("/") >= 2}
+                         - set(tables.backends))
+        notes.append((f"backend(s) {', '.join(outside)}: no suites of their own in the tables; " if outside else "")
+                     + "the tests selected for this change run where they can (those needing an absent "
+                       "SDK, package or device are listed as not run)")
     recipe_names = recipes_for(files, backends, tables) if suite_names else []
     return Plan(base=base_sha, head=head_sha, merge_base=merge_base, changed_files=files,
                 areas=areas, backends=sorted(backends), suites=suite_names,

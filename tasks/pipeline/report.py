@@ -69,6 +69,37 @@ def _base_line(b) -> str:
     return f"- {b.suite} on {b.target}: {how}{ran}; " + ("whole suite known" if b.complete else "partial (no `fixed`)")
 
 
+MISS_KINDS = {"budget": "over the time budget", "run_budget": "over the time budget at run time",
+              "files": "over the file budget", "needs": "need what this worker lacks",
+              "excluded": "excluded by the tables"}
+MISSES_SHOWN, MISS_MODULES_SHOWN = 5, 8
+
+
+def _misses(plan, h: str) -> list[str]:
+    """Per changed file, the relevant tests this run did not check and why: what a reviewer
+    must not take as tested. The whole list is in the JSON report."""
+    if not plan.left_out:
+        return []
+    by_module: dict[str, list] = defaultdict(list)
+    for item in plan.left_out:
+        by_module[item.module or "(the change)"].append(item)
+    lines = [f"{h} Relevant but not run", "",
+             f"Tests relevant to the change that this run did not check (budget {plan.budget_seconds:.0f}s). "
+             "`/etriage run selected --all` runs every one of them that can run here.", ""]
+    for module, items in sorted(by_module.items(), key=lambda kv: -len(kv[1]))[:MISS_MODULES_SHOWN]:
+        counts = defaultdict(int)
+        for item in items:
+            counts[item.why or "budget"] += 1
+        lines.append(f"- `{module}`: {len(items)} test file(s) not run: "
+                     + ", ".join(f"{n} {MISS_KINDS.get(why, why)}" for why, n in counts.items()))
+        lines += [f"  - `{t.path}`: {t.reason.rpartition(' -- ')[2]}" for t in items[:MISSES_SHOWN]]
+        if len(items) > MISSES_SHOWN:
+            lines.append(f"  - and {len(items) - MISSES_SHOWN} more (in the JSON report)")
+    if len(by_module) > MISS_MODULES_SHOWN:
+        lines.append(f"- and {len(by_module) - MISS_MODULES_SHOWN} more changed file(s) (in the JSON report)")
+    return lines + [""]
+
+
 def to_markdown(report: Report, *, section_title: str | None = None) -> str:
     """The report as a stand-alone comment (`## etriage: <headline>` first) or, with
     `section_title`, as one section of a larger comment: `### <section_title>` instead of the
@@ -102,6 +133,7 @@ def to_markdown(report: Report, *, section_title: str | None = None) -> str:
             lines += [f"{h} {title}", ""]
             lines += [f"- `{v.test}` ({v.target})" + (f": {v.primary_line.strip()[:160]}" if v.primary_line else "")
                       for v in by_verdict[verdict]] + [""]
+    lines += _misses(plan, h)
     not_run = [s for s in report.suites if s.status == "not_run"]
     if not_run:
         lines += [f"{h} Not run", ""] + [f"- {s.suite} on {s.target}: not run: {s.reason}" for s in not_run] + [""]
@@ -113,9 +145,9 @@ def to_markdown(report: Report, *, section_title: str | None = None) -> str:
         if report.base_runs:
             lines += ["", "At the merge base:"] + [_base_line(b) for b in report.base_runs]
         if plan.selected:
-            lines += ["", "Selected tests:"] + [f"- `{t.path}`: {t.reason}" for t in plan.selected]
-        if plan.left_out:
-            lines += ["", "Left out:"] + [f"- `{t.path}`: {t.reason}" for t in plan.left_out[:15]]
+            estimate = sum(t.estimated_seconds for t in plan.selected)
+            lines += ["", f"Selected tests (~{estimate:.0f}s estimated, budget {plan.budget_seconds:.0f}s):"]
+            lines += [f"- `{t.path}`: {t.reason}" for t in plan.selected]
         lines += ["", "</details>", ""]
     lines.append(f"<sub>triage took {report.seconds:.0f}s"
                  + (" (merge-base results from cache)" if report.base_cached else "") + "</sub>")

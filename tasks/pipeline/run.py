@@ -12,7 +12,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tasks.pipeline import base, compare, durations, select, suspects
@@ -44,6 +44,8 @@ class TriageOptions:
     suite_timeout: float = 1800
     full_base: bool = False  # run every suite in full at the merge base (fills the cache, gives `fixed`)
     sandbox: Sandbox = field(default_factory=Sandbox)  # Sandbox(enabled=False): --no-sandbox, never the service
+    budget_seconds: float | None = None  # selected tests' time budget (`.github/etriage.yml`); None: the table's
+    select_all: bool = False  # run every relevant test that can run here (`/etriage run selected --all`)
 
 
 NO_SANDBOX = "no sandbox"  # the reason's first words, in the report and on the check run
@@ -57,7 +59,7 @@ def triage(options: TriageOptions, *, classify=None, progress=_quiet) -> Report:
     if classify is None:
         from triage_rules import classify_text as classify
     start = time.monotonic()
-    tables = load_tables(options.tables_dir)
+    tables = _with_budget(load_tables(options.tables_dir), options)
     repo = Path(options.repo).resolve()
     plan = plan_change(repo, options.base, options.head, tables,
                        targets=options.targets, suites=options.suites)
@@ -90,15 +92,24 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
         progress("selecting tests (import graph of head) ...")
         graph = select.import_graph(ws.repo, plan.head, ws.data_dir, ws.use_cache)
         fixed = {p for s in plan.suites for p in tables.suites[s].paths}
-        symbols = {r.symbol for r in suspects.changed_regions(ws.repo, plan.merge_base, plan.head, plan.changed_files)
+        symbols = {r.symbol: r.path for r in suspects.changed_regions(ws.repo, plan.merge_base, plan.head,
+                                                                       plan.changed_files)
                    if r.symbol and r.symbol != "<module>"}
         plan.selected, plan.left_out = select.select_tests(
             graph, plan.changed_files, tables, fixed, durations.load(ws.data_dir) if ws.use_cache else None,
-            symbols=symbols)
+            symbols=symbols, host=_host(options))
+        plan.budget_seconds = tables.selection.budget_seconds
         progress(f"selected {len(plan.selected)} test(s): {', '.join(s.path for s in plan.selected) or '-'}")
         if not plan.selected:
             plan.suites.remove("selected")
-            plan.notes.append("no further tests selected beyond the fixed suites")
+            plan.notes.append("no further tests selected beyond the fixed suites"
+                              + (f" ({len(plan.left_out)} relevant test file(s) cannot run here, see below)"
+                                 if plan.left_out else ""))
+        if not plan.suites:
+            build = BuildResult(status="skipped", kind="none", commit=plan.head,
+                                reason="nothing to run: no suite covers this change and no test selected for it "
+                                       "can run here")
+            return _report(plan, build, [], [], start, base_cached=False)
 
     progress(f"build head {plan.head[:12]} ({', '.join(plan.recipes) or 'overlay'}) ...")
     head_build = build_commit(ws, tables, plan.head, plan.changed_files, plan.recipes, classify, progress)
@@ -154,13 +165,34 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
     return report
 
 
+def _with_budget(tables: Tables, options: TriageOptions) -> Tables:
+    """The tables with the repository's budget, or with none for `select_all` (bounded by the
+    suite timeout, the only limit left)."""
+    budget = options.suite_timeout * 0.8 if options.select_all else options.budget_seconds
+    if budget is None:
+        return tables
+    selection = replace(tables.selection, budget_seconds=float(budget),
+                        max_files=10**6 if options.select_all else tables.selection.max_files)
+    return replace(tables, selection=selection)
+
+
+def _host(options: TriageOptions) -> select.Host:
+    """What the suites' interpreter offers. Another interpreter than this one is not asked
+    (that would run it once more per triage): its tests find out at collection."""
+    qnn_sdk = bool(options.tool_env.get("QNN_SDK_ROOT"))
+    if Path(options.python).absolute() == Path(sys.executable).absolute():
+        return select.Host(qnn_sdk=qnn_sdk)
+    return select.Host(qnn_sdk=qnn_sdk, has_module=lambda name: True)
+
+
 def _head_runs(ws, tables, plan, targets, head_build, options, progress):
     """The head's SuiteRuns for every planned suite and target, and the not-run results."""
     runs, not_run_results = [], []
     for suite_name in plan.suites:
         suite = tables.suites[suite_name]
         runnable = [t for t in targets.values() if suite.kind in t.spec.suite_kinds
-                    and set(suite.backends) & set(t.spec.backends) & set(plan.backends)]
+                    and (suite.kind == "selected"  # decided per test, whatever the backend
+                         or set(suite.backends) & set(t.spec.backends) & set(plan.backends))]
         if not runnable:
             probe = SuiteRun(suite, head_build, "-", ws.run_dir, sandbox=ws.sandbox)
             not_run_results.append(not_run(probe, f"no requested target runs {suite.kind} suites "
@@ -191,9 +223,11 @@ def _note_budget_skips(plan, head_results) -> None:
             if test.outcome == "skipped" and BUDGET_REASON in test.message:
                 path = test.test.split("::", 1)[0]
                 skipped[path] = skipped.get(path, 0) + 1
+    origin = {s.path.split("::", 1)[0]: s.module for s in plan.selected}
     for path, count in skipped.items():
         plan.left_out.append(SelectedTest(path=path, reason=f"left out at run time: {count} test(s) skipped, "
-                                                            "over the time budget"))
+                                                            "over the time budget",
+                                          module=origin.get(path, ""), why="run_budget"))
 
 
 def _retry(ws, tables, targets, head_build, keys, options, progress) -> dict:

@@ -11,17 +11,29 @@ Relevance before cost. Candidates are ranked by their evidence, strongest first:
 The budget is spent in that order. A file too big for what is left runs only its relevant
 test functions (node ids), when it has any; the first candidate always runs, whatever its
 estimate, so a budget never leaves a change untested. Costs are learned per file and per test
-(durations.py); table estimates are for tests never run. The plan records what was left out
-and why.
+(durations.py); table estimates are for tests never run.
+
+No backend is excluded by its path. Whether a test file can run on this worker is read from
+what importing it runs for certain (unmet_needs): a package the worker's Python lacks
+(`tosa_serializer` for Arm, `coremltools`, ...) or the QNN SDK leaves it out, at no cost, as
+"needs ...". What slips through fails at collection and is an environment verdict when the
+merge base fails the same way (compare.py).
+
+Every candidate names the changed file it is relevant to; the plan keeps every left-out one
+with why (needs, excluded, files, budget), and the report lists them per changed file.
 """
 from __future__ import annotations
 
 import ast
+import functools
+import importlib.util
 import json
 import math
 import os
 import re
 from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -30,8 +42,7 @@ from tasks.pipeline.overlay import PACKAGE, module_name
 from tasks.pipeline.tables import Tables
 from tasks.records import ChangedFile, SelectedTest
 
-LEFT_OUT_LIMIT = 40
-GRAPH_VERSION = 2  # the cached graph's shape; bump when build_import_graph adds a field
+GRAPH_VERSION = 3  # the cached graph's shape; bump when build_import_graph adds a field
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
@@ -40,26 +51,63 @@ def is_test_file(path: str) -> bool:
     return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
 
 
+def _resolve(node: ast.Import | ast.ImportFrom, package: str, known: set[str]) -> tuple[set[str], set[str]]:
+    """(the package's modules this import statement names, other top-level names it imports)."""
+    internal, external = set(), set()
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            (internal if alias.name.startswith(PACKAGE + ".") else external).add(alias.name)
+    else:
+        if node.level:
+            base_parts = package.split(".")
+            base_parts = base_parts[: len(base_parts) - (node.level - 1)]
+            base = ".".join(base_parts + ([node.module] if node.module else []))
+        else:
+            base = node.module or ""
+        if base.startswith(PACKAGE):
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                internal.add(sub if sub in known else base)
+        elif base:
+            external.add(base)
+    # `import executorch.a.b` names a module that may be a package's child we know of
+    internal = {m if m in known else m.rpartition(".")[0] for m in internal} & known
+    external = {name.split(".", 1)[0] for name in external} - {"__future__", PACKAGE}
+    return internal, external
+
+
 def _imports(tree: ast.AST, module: str, is_package: bool, known: set[str]) -> set[str]:
+    """Every module of the package this module imports, anywhere in it (lazy ones too)."""
     package = module if is_package else module.rpartition(".")[0]
     found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith(PACKAGE + "."))
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base_parts = package.split(".")
-                base_parts = base_parts[: len(base_parts) - (node.level - 1)]
-                base = ".".join(base_parts + ([node.module] if node.module else []))
-            else:
-                base = node.module or ""
-            if not base.startswith(PACKAGE):
-                continue
-            for alias in node.names:
-                sub = f"{base}.{alias.name}"
-                found.add(sub if sub in known else base)
-    # `import executorch.a.b` names a module that may be a package's child we know of
-    return {m if m in known else m.rpartition(".")[0] for m in found} & known
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found |= _resolve(node, package, known)[0]
+    return found
+
+
+def _eager_imports(tree: ast.AST, module: str, is_package: bool, known: set[str]) -> dict[str, list[str]]:
+    """What importing the module imports for certain: statements at module level (also inside
+    `if`, `with` and class bodies), not inside functions (lazy) or `try` blocks (optional),
+    nor under `if TYPE_CHECKING`. {"internal": [modules], "external": [top-level names]}"""
+    package = module if is_package else module.rpartition(".")[0]
+    internal, external = set(), set()
+
+    def visit(body):
+        for node in body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                found = _resolve(node, package, known)
+                internal.update(found[0])
+                external.update(found[1])
+            elif isinstance(node, ast.If):
+                if "TYPE_CHECKING" not in ast.unparse(node.test):
+                    visit(node.body)
+                    visit(node.orelse)
+            elif isinstance(node, (ast.With, ast.ClassDef)):
+                visit(node.body)
+
+    visit(getattr(tree, "body", []))
+    return {"internal": sorted(internal - {module}), "external": sorted(external)}
 
 
 def _test_ids(tree: ast.AST, path: str) -> list[str]:
@@ -77,12 +125,12 @@ def _test_ids(tree: ast.AST, path: str) -> list[str]:
 
 def build_import_graph(repo, commit: str) -> dict:
     """{"imports": {module: [modules]}, "paths": {module: path}, "tests": {path: n_tests},
-    "test_ids": {path: [node ids]}}"""
+    "test_ids": {path: [node ids]}, "eager": {module: {"internal": [...], "external": [...]}}}"""
     blobs = {p: sha for p, sha in gitio.ls_tree(repo, commit).items() if p.endswith(".py")}
     paths = {module_name(p): p for p in blobs if module_name(p)}
     known = set(paths)
     contents = gitio.cat_blobs(repo, sorted(set(blobs.values())))
-    imports, tests, test_ids = {}, {}, {}
+    imports, tests, test_ids, eager = {}, {}, {}, {}
     for module, path in paths.items():
         try:
             tree = ast.parse(contents.get(blobs[path], b""), filename=path)
@@ -90,11 +138,12 @@ def build_import_graph(repo, commit: str) -> dict:
             imports[module] = []  # the change's tests will show a syntax error themselves
             continue
         imports[module] = sorted(_imports(tree, module, path.endswith("__init__.py"), known))
+        eager[module] = _eager_imports(tree, module, path.endswith("__init__.py"), known)
         if is_test_file(path):
             tests[path] = sum(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                               and n.name.startswith("test") for n in ast.walk(tree))
             test_ids[path] = _test_ids(tree, path)
-    return {"imports": imports, "paths": paths, "tests": tests, "test_ids": test_ids}
+    return {"imports": imports, "paths": paths, "tests": tests, "test_ids": test_ids, "eager": eager}
 
 
 def import_graph(repo, commit: str, data_dir: Path, use_cache: bool = True) -> dict:
@@ -107,6 +156,67 @@ def import_graph(repo, commit: str, data_dir: Path, use_cache: bool = True) -> d
     tmp.write_text(json.dumps(graph))
     os.replace(tmp, cache)  # atomic: concurrent runs see the old file or the new one
     return graph
+
+
+QNN_PACKAGE = f"{PACKAGE}.backends.qualcomm"  # importing it without QNN_SDK_ROOT downloads the SDK
+
+
+@dataclass(frozen=True)
+class Host:
+    """What the worker that runs the tests offers: which top-level modules its Python can
+    import, and whether a QNN SDK is configured. Decides, per test file, whether it can run."""
+    qnn_sdk: bool = False
+    has_module: Callable[[str], bool] = field(default=lambda name: _installed(name))
+
+
+def local_names(graph: dict) -> set[str]:
+    """Names a test may import from its own directory or the tree's root (`import test_utils`):
+    never reported as missing packages."""
+    names = set()
+    for path in graph["paths"].values():
+        parts = path.removesuffix(".py").split("/")
+        names.update(p for p in parts if p != "__init__")
+    return names
+
+
+def unmet_needs(graph: dict, path: str, host: Host, local: set[str] = frozenset()) -> list[str]:
+    """What the test file needs that the host lacks, from what importing it runs for certain:
+    the file, the conftest.py files above it, every module they import at module level, and
+    their parent packages. [] when it can run here."""
+    eager, modules = graph.get("eager", {}), graph["paths"]
+    conftests = {p for p in modules.values() if p.rsplit("/", 1)[-1] == "conftest.py"}
+    start = [module_name(path)]
+    parts = path.split("/")[:-1]
+    start += [module_name(f"{'/'.join(parts[:i])}/conftest.py".lstrip("/")) for i in range(len(parts) + 1)
+              if f"{'/'.join(parts[:i])}/conftest.py".lstrip("/") in conftests]
+    seen, queue, external = set(), deque(m for m in start if m), set()
+    while queue:
+        module = queue.popleft()
+        if module in seen:
+            continue
+        seen.add(module)
+        entry = eager.get(module, {})
+        external.update(entry.get("external", ()))
+        parent = module.rpartition(".")[0]
+        queue.extend([*entry.get("internal", ()), *([parent] if parent in eager else [])])
+    needs = []
+    if not host.qnn_sdk and any(m == QNN_PACKAGE or m.startswith(QNN_PACKAGE + ".") for m in seen):
+        needs.append("the QNN SDK (QNN_SDK_ROOT is not set; etriage never downloads it)")
+    needs += [f"`{name}` (not installed)" for name in sorted(external - local) if not _has(host, name)]
+    return needs
+
+
+@functools.lru_cache(maxsize=None)
+def _installed(name: str) -> bool:
+    """Can this interpreter import the top-level module `name`? (found, never imported)"""
+    return importlib.util.find_spec(name) is not None
+
+
+def _has(host: Host, name: str) -> bool:
+    try:
+        return bool(host.has_module(name))
+    except (ImportError, ValueError):
+        return False
 
 
 def _importers(graph: dict, changed_modules: set[str], max_depth: int) -> dict[str, tuple[int, str]]:
@@ -133,95 +243,120 @@ def _snake(name: str) -> str:
     return _CAMEL.sub("_", name).lower()
 
 
-def _names_of_change(changes: list[ChangedFile], symbols: set[str]) -> set[str]:
-    """Words a relevant test's name would carry: changed modules' stems (with and without a
-    `_pass`/`_utils`-style suffix) and changed symbols' snake-cased names."""
-    names = set()
+def _names_of_change(changes: list[ChangedFile], symbols: dict[str, str]) -> dict[str, str]:
+    """Words a relevant test's name would carry, each with the changed path it comes from:
+    changed modules' stems (with and without a `_pass`/`_utils`-style suffix) and changed
+    symbols' snake-cased names."""
+    names = {}
     for change in changes:
         stem = change.path.rsplit("/", 1)[-1].removesuffix(".py")
         if change.path.endswith(".py") and stem != "__init__" and not is_test_file(change.path):
-            names.add(stem)
-            names.add(re.sub(r"_(pass|passes|utils?|helpers?|impl|lib)$", "", stem))
-    for symbol in symbols:
+            names.setdefault(stem, change.path)
+            names.setdefault(re.sub(r"_(pass|passes|utils?|helpers?|impl|lib)$", "", stem), change.path)
+    for symbol, path in symbols.items():
         for part in symbol.replace("[", ".").split("."):
             part = _snake(part).strip("_")
             if len(part) >= 5 and part not in ("call", "forward", "module", "overload"):
-                names.add(part)
-    return {n for n in names if len(n) >= 5}
+                names.setdefault(part, path)
+    return {n: p for n, p in names.items() if len(n) >= 5}
+
+
+def _left(item: SelectedTest, why: str, text: str) -> SelectedTest:
+    item.why = why
+    item.reason += f" -- {text}"
+    return item
 
 
 def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables, fixed_paths: set[str],
-                 learned: dict | None = None, symbols: set[str] = frozenset()
-                 ) -> tuple[list[SelectedTest], list[SelectedTest]]:
+                 learned: dict | None = None, symbols: Iterable[str] | dict[str, str] = (),
+                 host: Host | None = None) -> tuple[list[SelectedTest], list[SelectedTest]]:
     """Rank candidates by relevance (module docstring), then spend `budget_seconds` and
     `max_files` in that order; costs from `learned` (durations.load) where known, else the
-    table's conservative estimate. `symbols`: the changed functions and classes."""
-    rules, learned = tables.selection, learned or {}
+    table's conservative estimate. `symbols`: the changed functions and classes (a dict maps
+    each to its file). A test file that needs what `host` lacks (unmet_needs) is not run and
+    costs nothing. Every item names the changed `module` it is relevant to; a left-out one
+    says `why`: needs, excluded, files, budget."""
+    rules, learned, host = tables.selection, learned or {}, host or Host()
     changed_paths = {f.path for f in changes if f.status != "D"}
     touched = {f.path for f in changes} | {f.old_path for f in changes if f.old_path}
-    changed_modules = {m for m in map(module_name, touched) if m}
-    reach = _importers(graph, changed_modules, rules.max_import_depth)
+    module_paths = {module_name(p): p for p in sorted(touched) if module_name(p)}
+    reach = _importers(graph, set(module_paths), rules.max_import_depth)
     areas = {"/".join(p.split("/")[:2]) for p in touched if p.count("/") >= 2}
-    stems = {p.rsplit("/", 1)[-1].removesuffix(".py") for p in touched if p.endswith(".py")} - {"__init__"}
-    names = _names_of_change(changes, set(symbols))
+    stems = {p.rsplit("/", 1)[-1].removesuffix(".py"): p for p in sorted(touched) if p.endswith(".py")}
+    stems.pop("__init__", None)
+    symbols = symbols if isinstance(symbols, dict) else dict.fromkeys(symbols, "")
+    names = _names_of_change(changes, symbols)
     test_ids = graph.get("test_ids", {})
+    local = local_names(graph)
 
-    candidates: dict[str, tuple[float, str, list[str]]] = {}
+    candidates: dict[str, tuple[float, str, list[str], str]] = {}
     for path, n_tests in graph["tests"].items():
         if path in fixed_paths:
             continue
         module = module_name(path)
         file_name = path.rsplit("/", 1)[-1]
         words = [w for w in rules.focus_words if w in file_name.lower()]
-        relevant = [t for t in test_ids.get(path, []) if any(n in t.rsplit("::", 1)[-1].lower() for n in names)]
-        reasons, score = [], 0.0
+        matched = {n: o for n, o in names.items()
+                   if any(n in t.rsplit("::", 1)[-1].lower() for t in test_ids.get(path, []))}
+        relevant = [t for t in test_ids.get(path, []) if any(n in t.rsplit("::", 1)[-1].lower() for n in matched)]
+        reasons, score, origins = [], 0.0, []
         if path in changed_paths:
             reasons.append("test file changed by this change")
             score += 1000
+            origins.append(path)
         named = next((stem for stem in stems if file_name in (f"test_{stem}.py", f"{stem}_test.py")), None)
         if named:
             reasons.append(f"named after the changed module {named}")
             score += 500
+            origins.append(stems[named])
         if relevant:
             reasons.append(f"{len(relevant)} test(s) named after the change")
             score += 300 + min(len(relevant), 20)
+            origins += [o for o in matched.values() if o]
         if module in reach and reach[module][0] > 0:
             dist, origin = reach[module]
             reasons.append(f"imports {origin}" + (" directly" if dist == 1 else f" ({dist} hops)"))
             score += 200 / dist
+            origins.append(module_paths[origin])
         in_area = next((a for a in areas if path.startswith(a + "/")), None)
         if in_area and words:
             reasons.append(f"in touched area {in_area}, name mentions {', '.join(words)}")
             score += 30
+            origins.append(next(p for p in sorted(touched) if p.startswith(in_area + "/")))
         elif words and reasons:
             score += 10
         if reasons:
-            candidates[path] = (score, "; ".join(reasons), relevant)
+            candidates[path] = (score, "; ".join(reasons), relevant, origins[0] if origins else "")
 
     selected, left_out, spent = [], [], 0.0
-    for path, (score, reason, relevant) in sorted(candidates.items(), key=lambda kv: (-kv[1][0], kv[0])):
+    for path, (score, reason, relevant, origin) in sorted(candidates.items(), key=lambda kv: (-kv[1][0], kv[0])):
         cost, how = durations.estimate(learned, path, graph["tests"].get(path, 1), rules)
-        item = SelectedTest(path=path, reason=f"{reason} (~{cost:.0f}s, {how})", estimated_seconds=round(cost, 1))
+        item = SelectedTest(path=path, reason=f"{reason} (~{cost:.0f}s, {how})", estimated_seconds=round(cost, 1),
+                            module=origin)
         excluded = next((g for g in rules.exclude if fnmatchcase(path, g)), None)
         left = rules.budget_seconds - spent
         if excluded:
-            item.reason += f" -- left out: excluded by {excluded!r} (needs hardware/SDK or too long)"
-            left_out.append(item)
+            left_out.append(_left(item, "excluded", f"left out: excluded by {excluded!r} in the tables "
+                                                    "(too long for a pull request)"))
+            continue
+        needs = unmet_needs(graph, path, host, local)
+        if needs:
+            left_out.append(_left(item, "needs", f"not run on this worker: needs {', '.join(needs)}"))
             continue
         if len({s.path.split("::", 1)[0] for s in selected}) >= rules.max_files:  # files, not node ids
-            item.reason += f" -- left out: over the budget of {rules.max_files} files"
-            left_out.append(item)
+            left_out.append(_left(item, "files", f"left out: over the budget of {rules.max_files} files"))
             continue
         if cost > left and relevant and len(relevant) < graph["tests"].get(path, 0):
             part = durations.estimate_tests(learned, relevant, rules)
             if part <= left or not selected:
                 selected += [SelectedTest(path=t, reason=f"{reason}; only its tests named after the change "
                                                          f"(the whole file ~{cost:.0f}s is over the budget)",
-                                          estimated_seconds=math.floor(part / len(relevant) * 10) / 10)
+                                          estimated_seconds=math.floor(part / len(relevant) * 10) / 10,
+                                          module=origin)
                              for t in relevant]
                 spent += part
-                item.reason += f" -- partly run: {len(relevant)} of its tests, the rest is over the time budget"
-                left_out.append(item)
+                left_out.append(_left(item, "budget", f"partly run: {len(relevant)} of its tests, the rest "
+                                                      "is over the time budget"))
                 continue
         if cost <= left or not selected:
             if cost > left:
@@ -229,9 +364,6 @@ def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables, fixed_
             selected.append(item)
             spent += cost
         else:
-            item.reason += (f" -- left out: over the time budget ({spent:.0f}s of {rules.budget_seconds:.0f}s "
-                            f"already selected)")
-            left_out.append(item)
-    return selected, left_out[:LEFT_OUT_LIMIT] + (
-        [SelectedTest(path=f"... {len(left_out) - LEFT_OUT_LIMIT} more", reason="left out: not listed here (listing limit)")]
-        if len(left_out) > LEFT_OUT_LIMIT else [])
+            left_out.append(_left(item, "budget", f"left out: over the time budget ({spent:.0f}s of "
+                                                  f"{rules.budget_seconds:.0f}s already selected)"))
+    return selected, left_out

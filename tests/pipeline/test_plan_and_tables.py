@@ -64,7 +64,10 @@ CASES = [
      ["multi_method"], [], ["cmake-host"], False),
     ("cpp", write("runtime/core/evalue.cpp", "int x;\n"), ["portable", "qualcomm", "xnnpack"],
      ["multi_method"], [], ["cmake-host"], False),
-    ("examples", write("examples/demo.py"), [], [], ["multi_method"], [], False),
+    # Python outside the backends that have suites: only the tests selected for it, per test
+    ("examples", write("examples/demo.py"), [], ["selected"], ["multi_method"], ["overlay"], False),
+    ("arm", write("backends/arm/tosa/partitioner.py"), [], ["selected"], ["multi_method", "probes"],
+     ["overlay"], False),
 ]
 
 
@@ -122,3 +125,23 @@ def test_default_tables_load():
     tables = load_tables()
     assert {"multi_method", "mutable_buffer", "index_put", "probes", "qnn_delegate"} <= set(tables.suites)
     assert tables.targets["qnn-sim"].requires_env == "QNN_SDK_ROOT"
+
+
+def test_a_package_missing_at_head_and_base_alike_is_the_environments():
+    from tasks.pipeline import compare
+    from tasks.records import TestResult
+
+    def failed(test, text):
+        return TestResult("selected", test, "host", "error", message="collection failed", text=text)
+
+    key = ("selected", "host", "backends/arm/test/test_x.py")
+    lacks = "E   ModuleNotFoundError: No module named 'tosa_serializer'"
+    removed = "E   ModuleNotFoundError: No module named 'executorch.exir.passes.gone'"
+    cases = [(lacks, lacks, "environment"),  # the worker lacks it at both: not the change's
+             (lacks, None, "new"),  # the change added the import: the change's
+             (removed, removed, "pre_existing")]  # ExecuTorch's own module: never the environment's
+    for head_text, base_text, expected in cases:
+        head = {key: failed(key[2], head_text)}
+        base = {key: failed(key[2], base_text)} if base_text else {}
+        [verdict] = compare.decide(base, head, {key: []}, {})
+        assert verdict.verdict == expected, (head_text, base_text)

@@ -43,3 +43,25 @@ def test_plugin_filters_and_budgets(tmp_path, config, expected):
         if outcome == "skipped":
             assert "etriage: over the time budget" in case.find("skipped").get("message", "")
     assert found == expected
+
+
+def test_the_qnn_backend_is_refused_without_an_sdk_so_collection_says_why(tmp_path):
+    """Importing executorch.backends.qualcomm without QNN_SDK_ROOT would download the SDK: in a
+    suite run it fails at collection with a line the engine files as an environment failure."""
+    (tmp_path / "test_q.py").write_text("import executorch.backends.qualcomm\n\ndef test_q():\n    pass\n")
+    (tmp_path / "test_other.py").write_text("import executorch.backends\n\ndef test_other():\n    pass\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts =\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "etriage_pytest",
+                           "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path),
+                           "--continue-on-collection-errors",  # as suites.pytest_command runs it
+                           "--junit-xml", str(tmp_path / "j.xml"), "test_q.py", "test_other.py"],
+                          cwd=tmp_path, capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PLUGIN_DIR)})
+    assert proc.returncode != 0
+    assert "refused by etriage, the QNN SDK is not available" in proc.stdout
+    assert "1 passed" in proc.stdout and "1 error" in proc.stdout  # the other file still ran
+
+    from triage_rules import classify_text
+
+    [failure] = classify_text(proc.stdout, failed=True)[:1]
+    assert failure.environment and failure.category == "qnn_sdk_or_toolchain"

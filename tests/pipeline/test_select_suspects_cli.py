@@ -30,8 +30,11 @@ def test_selection_follows_imports_and_focus_words_within_budget(et_repo, data_d
     # exir/tests/test_passes.py imports the pass directly
     assert "imports executorch.exir.passes.insert_write_back_for_buffers_pass directly" in \
         reasons["exir/tests/test_passes.py"]
-    assert all("left out" in s.reason for s in left_out)
-    assert not any(s.path.startswith("backends/qualcomm/") for s in selected)
+    assert all(s.why in ("budget", "files", "needs", "excluded") and " -- " in s.reason for s in left_out)
+    assert all(s.module == "exir/passes/insert_write_back_for_buffers_pass.py" for s in selected + left_out)
+    # no backend is excluded by path; the QNN backend's tests need an SDK this host lacks
+    qnn = [s for s in selected + left_out if s.path.startswith("backends/qualcomm/")]
+    assert all(s.why == "needs" and "QNN SDK" in s.reason for s in qnn)
 
 
 def test_changed_regions_name_the_enclosing_function_and_its_first_changed_line(gitkit, tmp_path):
@@ -132,8 +135,8 @@ def test_selection_uses_learned_durations_and_says_what_it_left_out(et_repo, dat
     assert "run anyway" in heavy_now.reason
     # and nothing else fits beside it: each is left out with the reason
     assert len(selected) == 1
-    assert left_out and all("left out" in s.reason for s in left_out)
-    assert any("over the time budget" in s.reason for s in left_out)
+    assert left_out and all(s.why for s in left_out)
+    assert any(s.why == "budget" and "over the time budget" in s.reason for s in left_out)
 
 
 @pytest.mark.parametrize("changed, symbols, first", [
@@ -161,7 +164,7 @@ def test_the_first_candidate_runs_even_over_the_budget(et_repo, data_dir):
     learned = {"files": {path: {"seconds": 900.0, "tests": n} for path, n in graph["tests"].items()}, "tests": {}}
     selected, left_out = select.select_tests(graph, change, tables, set(), learned)
     assert selected, "a budget must never leave a change untested"
-    assert all("left out" in s.reason or "partly run" in s.reason for s in left_out)
+    assert all(s.why in ("budget", "files", "needs", "excluded") for s in left_out)
 
 
 def test_node_ids_of_one_file_count_as_one_file_against_max_files(et_repo, data_dir):
@@ -173,3 +176,93 @@ def test_node_ids_of_one_file_count_as_one_file_against_max_files(et_repo, data_
     assert len(selected) > len(files)  # several node ids of test_passes.py ...
     assert len(files) <= tables.selection.max_files  # ... count once
     assert len(files) > 1 or sum(s.estimated_seconds for s in selected) > tables.selection.budget_seconds / 2
+
+
+VENDOR_TREE = {
+    # importing the package needs the vendor's SDK ...
+    "backends/vendor/__init__.py": "import vendor_sdk\n",
+    "backends/vendor/ops.py": "import numpy\n",
+    # ... so does a test that imports a module inside it (its parent package runs first)
+    "backends/vendor/test/test_ops.py": "from executorch.backends.vendor import ops\n\ndef test_a():\n    pass\n",
+    # lazy and optional imports are not needs
+    "exir/lazy.py": ("try:\n    import vendor_sdk\nexcept ImportError:\n    vendor_sdk = None\n\n"
+                     "def f():\n    import other_sdk\n"),
+    "exir/tests/test_lazy.py": "from executorch.exir import lazy\n\ndef test_b():\n    pass\n",
+    # a conftest above the test counts: pytest imports it first
+    "exir/typed/conftest.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import stub_only\nimport qnn_tools\n",
+    "exir/typed/test_typed.py": "def test_c():\n    pass\n",
+    # the QNN backend without QNN_SDK_ROOT
+    "backends/qualcomm/__init__.py": "",
+    "backends/qualcomm/tests/test_q.py": "import executorch.backends.qualcomm\n\ndef test_d():\n    pass\n",
+    # a sibling helper imported by its bare name is not a missing package
+    "exir/tests/test_sibling.py": "import test_lazy\n\ndef test_e():\n    pass\n",
+}
+
+
+@pytest.mark.parametrize("path, needs, with_sdk", [
+    ("backends/vendor/test/test_ops.py", ["`vendor_sdk` (not installed)"], ["`vendor_sdk` (not installed)"]),
+    ("exir/tests/test_lazy.py", [], []),
+    ("exir/typed/test_typed.py", ["`qnn_tools` (not installed)"], ["`qnn_tools` (not installed)"]),
+    ("backends/qualcomm/tests/test_q.py", ["the QNN SDK"], []),
+    ("exir/tests/test_sibling.py", [], []),
+])
+def test_a_test_file_needs_what_its_imports_need_not_what_its_path_says(gitkit, tmp_path, path, needs, with_sdk):
+    repo = gitkit.init_repo(tmp_path / "r")
+    for name, text in VENDOR_TREE.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    head = gitkit.commit_all(repo, "tree")
+    graph = select.build_import_graph(repo, head)
+    installed = {"numpy", "typing"}.__contains__
+    local = select.local_names(graph)
+    for host, expected in ((select.Host(qnn_sdk=False, has_module=installed), needs),
+                           (select.Host(qnn_sdk=True, has_module=installed), with_sdk)):
+        found = select.unmet_needs(graph, path, host, local)
+        assert len(found) == len(expected) and all(f.startswith(e) for f, e in zip(found, expected)), found
+
+
+def test_every_backend_is_decided_per_test(et_repo, data_dir):
+    """A change inside a backend without suites of its own plans the selected tests, and each
+    of that backend's relevant tests either runs or says what it needs."""
+    from tasks.pipeline.plan import plan_change
+
+    def touch_arm(repo: Path):
+        target = repo / "backends/arm/_passes/arm_pass_utils.py"
+        target.write_text(target.read_text() + "\n# touched\n")
+
+    head = et_repo.branch("arm-pass-utils", edit=touch_arm)
+    tables = load_tables()
+    plan = plan_change(et_repo.path, "main", head, tables)
+    assert plan.suites == ["selected"] and any("arm" in n for n in plan.notes)
+    graph = select.import_graph(et_repo.path, head, data_dir)
+    selected, left_out = select.select_tests(graph, plan.changed_files, tables, set(),
+                                             host=select.Host(has_module=lambda n: n != "tosa_serializer"))
+    arm = [s for s in selected + left_out if s.path.startswith("backends/arm/")]
+    # only whole-model tests are excluded (too long), never the backend's tests as such
+    assert arm and all("/models/" in s.path for s in arm if s.why == "excluded")
+    assert any(s.why == "needs" and "`tosa_serializer` (not installed)" in s.reason for s in arm)
+    # with the package present the same tests are candidates like any other
+    selected2, left_out2 = select.select_tests(graph, plan.changed_files, tables, set(),
+                                               host=select.Host(has_module=lambda n: True))
+    assert not any(s.why == "needs" for s in selected2 + left_out2 if s.path.startswith("backends/arm/"))
+    assert any(s.path.startswith("backends/arm/") for s in selected2)
+
+
+def test_the_report_lists_what_was_relevant_but_not_run_per_changed_file(et_repo, data_dir):
+    from tasks.pipeline.report import _misses
+    from tasks.records import Plan
+
+    graph = select.import_graph(et_repo.path, et_repo.base, data_dir)
+    change = [ChangedFile("exir/passes/constant_prop_pass.py", "M"), ChangedFile("exir/memory_planning.py", "M")]
+    tables = load_tables()
+    selected, left_out = select.select_tests(graph, change, tables, set(), symbols={"constant_prop_pass"})
+    plan = Plan(base="b", head="h", merge_base="m", changed_files=change, areas=["exir"], backends=[],
+                suites=["selected"], targets=["host"], recipes=[], selected=selected, left_out=left_out,
+                budget_seconds=tables.selection.budget_seconds)
+    text = "\n".join(_misses(plan, "##"))
+    assert "## Relevant but not run" in text and "/etriage run selected --all" in text
+    for module in {s.module for s in left_out}:
+        assert f"- `{module}`: {sum(s.module == module for s in left_out)} test file(s) not run" in text
+    assert "over the time budget" in text and "budget 60s" in text
+    assert not _misses(Plan(base="b", head="h", merge_base="m", changed_files=change, areas=[], backends=[],
+                            suites=[], targets=[], recipes=[]), "##")

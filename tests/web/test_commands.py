@@ -90,14 +90,16 @@ def test_permissions_per_verb(world, verb, level, status):
 
 def test_accepted_commands_do_their_work(world):
     outcomes = world.comment("maintain", "\n".join([
-        "/etriage rerun all --target qnn-sim", "/etriage run multi_method on host",
+        "/etriage rerun all --target qnn-sim", "/etriage run multi_method on host", "/etriage run selected --all",
         '/etriage label "TRIAGE: LINT" "triage: multi-method"', '/etriage ignore 3fa9c1 --reason "known flaky"']))
-    assert [o.status for o in outcomes] == ["accepted"] * 4
+    assert [o.status for o in outcomes] == ["accepted"] * 5
     assert world.triage_calls() == [
         dict(repo=REPO, pr=PR, head_sha=HEAD, base_ref="master", installation_id=99,
              reason="rerun:all", targets=["qnn-sim"], suites=None),
         dict(repo=REPO, pr=PR, head_sha=HEAD, base_ref="master", installation_id=99,
              reason="run", targets=["host"], suites=["multi_method"]),
+        dict(repo=REPO, pr=PR, head_sha=HEAD, base_ref="master", installation_id=99,
+             reason="run:all", targets=None, suites=["selected"]),
     ]
     assert world.double.labels_on(REPO, PR) == ["triage: lint", "triage: multi-method"]
     assert world.store.ignored_failures(REPO, PR) == {"3fa9c1d2e4b5": "known flaky"}

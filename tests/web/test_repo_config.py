@@ -45,7 +45,8 @@ def test_full_config():
     assert "qnn: multi-method" in config.allowed_labels()
     assert config.ci_logs.workflows == ("pull", "trunk") and config.ci_logs.max_bytes == 1048576
     assert config.device_targets() == {"android-sm8750-lab"}
-    assert set(config.suites) == {"multi_method", "mutable_buffer", "probes", "qnn", "my_suite", "bare_suite"}
+    assert set(config.suites) == {"multi_method", "mutable_buffer", "probes", "qnn", "selected", "my_suite",
+                                  "bare_suite"}
     assert config.suites["my_suite"].tests == ("backends/qualcomm/tests/test_qnn_delegate.py::TestQNNQuantizedUtils",)
     assert config.targets["android-sm8750-lab"] == Target("android-sm8750-lab", "device", "SM8750")
     assert config.targets["x86-sim"].kind == "emulator"
@@ -58,6 +59,12 @@ def test_trusted_logins_are_kept_and_matched_without_case():
     assert config.triage.trusts("octocat") and config.triage.trusts("Dependabot[bot]")
     assert not config.triage.trusts("octocat2")
     assert load(None).triage.trusted == ()  # nobody beyond write access by default
+
+
+def test_the_selected_tests_budget_is_the_repositorys_to_set():
+    assert load("triage:\n  budget_seconds: 120\n").triage.budget_seconds == 120
+    assert load(None).triage.budget_seconds is None  # the tables' default
+    assert "selected" in load(None).suites  # so `/etriage run selected --all` is known
 
 
 def test_no_file_means_defaults_and_no_devices():
@@ -116,6 +123,9 @@ ERRORS = [
     ("ci_logs:\n  max_bytes: lots\n", "line 2: ci_logs.max_bytes: must be an integer"),
     ("ci_logs:\n  max_bytes: true\n", "line 2: ci_logs.max_bytes: must be an integer"),
     ("ci_logs:\n  max_bytes: 0\n", "line 2: ci_logs.max_bytes: must be a positive number of bytes"),
+    ("triage:\n  budget_seconds: 1h\n", "line 2: triage.budget_seconds: must be an integer"),
+    ("triage:\n  budget_seconds: 5\n", "line 2: triage.budget_seconds: must be between 10 and 1800 seconds"),
+    ("triage:\n  budget_seconds: 86400\n", "line 2: triage.budget_seconds: must be between 10 and 1800 seconds"),
     ("commands: on\n", "line 1: commands: must be a mapping"),
     ("targets:\n  board: {soc: X}\n", "line 2: targets.board: missing required key 'kind'"),
     ("targets:\n  board: {kind: phone}\n", "line 2: targets.board.kind: 'phone' is not one of emulator, device"),

@@ -14,10 +14,29 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 BUDGET_REASON = "etriage: over the time budget"
+QNN_PACKAGE = "executorch.backends.qualcomm"
+NO_QNN_SDK = (f"No module named '{QNN_PACKAGE}': refused by etriage, the QNN SDK is not available "
+              "(QNN_SDK_ROOT is not set) and etriage never lets it be downloaded")
 _state: dict = {}
+
+
+class _NoQnnWithoutSdk:
+    """Importing the QNN backend without QNN_SDK_ROOT downloads the proprietary SDK: refuse it,
+    so a test that needs it fails at collection with an error the engine files as environment."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == QNN_PACKAGE or name.startswith(QNN_PACKAGE + "."):
+            raise ModuleNotFoundError(NO_QNN_SDK, name=name)
+        return None
+
+
+if not os.environ.get("QNN_SDK_ROOT"):
+    sys.meta_path.insert(0, _NoQnnWithoutSdk())
 
 
 def pytest_configure(config):
