@@ -261,6 +261,13 @@ def _names_of_change(changes: list[ChangedFile], symbols: dict[str, str]) -> dic
     return {n: p for n, p in names.items() if len(n) >= 5}
 
 
+def _home(path: str) -> str:
+    """The part of the tree a file belongs to: its backend (`backends/arm`) or its top-level
+    directory (`exir`)."""
+    parts = path.split("/")
+    return "/".join(parts[:2]) if parts[0] == "backends" and len(parts) > 2 else parts[0]
+
+
 def _left(item: SelectedTest, why: str, text: str) -> SelectedTest:
     item.why = why
     item.reason += f" -- {text}"
@@ -305,13 +312,22 @@ def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables, fixed_
             score += 1000
             origins.append(path)
         named = next((stem for stem in stems if file_name in (f"test_{stem}.py", f"{stem}_test.py")), None)
-        if named:
+        if named and (_home(path) == _home(stems[named]) or module in reach):
             reasons.append(f"named after the changed module {named}")
             score += 500
             origins.append(stems[named])
-        if relevant:
+        elif named:  # a common stem (`partitioner`) elsewhere in the tree: a weak hint
+            reasons.append(f"named like the changed module {named}, in another part of the tree")
+            score += 40
+            origins.append(stems[named])
+        near = module in reach or any(_home(path) == _home(o) for o in matched.values() if o)
+        if relevant and near:
             reasons.append(f"{len(relevant)} test(s) named after the change")
             score += 300 + min(len(relevant), 20)
+            origins += [o for o in matched.values() if o]
+        elif relevant:  # a common word in tests that neither import the change nor sit beside it
+            reasons.append(f"{len(relevant)} test(s) named like the change, in another part of the tree")
+            score += 20
             origins += [o for o in matched.values() if o]
         if module in reach and reach[module][0] > 0:
             dist, origin = reach[module]

@@ -266,3 +266,18 @@ def test_the_report_lists_what_was_relevant_but_not_run_per_changed_file(et_repo
     assert "over the time budget" in text and "budget 60s" in text
     assert not _misses(Plan(base="b", head="h", merge_base="m", changed_files=change, areas=[], backends=[],
                             suites=[], targets=[], recipes=[]), "##")
+
+
+def test_a_common_name_elsewhere_in_the_tree_is_only_a_weak_hint(et_repo, data_dir):
+    """`backends/xnnpack/partition/xnnpack_partitioner.py` has its own test file beside it;
+    `exir/backend/test/test_partitioner.py` shares only the word `partitioner`."""
+    graph = select.import_graph(et_repo.path, et_repo.base, data_dir)
+    tables = load_tables()
+    change = [ChangedFile("backends/xnnpack/partition/xnnpack_partitioner.py", "M"),
+              ChangedFile("backends/arm/tosa/partitioner.py", "M")]
+    selected, left_out = select.select_tests(graph, change, tables, set())
+    order = [s.path.split("::", 1)[0] for s in selected + left_out]
+    assert order[0] == "backends/xnnpack/test/test_xnnpack_partitioner.py"
+    weak = next(s for s in selected + left_out if s.path == "exir/backend/test/test_partitioner.py")
+    assert "named like the changed module partitioner, in another part of the tree" in weak.reason
+    assert "named after the changed module partitioner" not in weak.reason

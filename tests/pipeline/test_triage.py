@@ -175,3 +175,21 @@ def test_qnn_suite_is_not_run_without_the_sdk(et_repo, data_dir):
     qnn = [s for s in data["suites"] if s["suite"] == "qnn_delegate"]
     assert qnn and qnn[0]["status"] == "not_run" and "QNN SDK unavailable" in qnn[0]["reason"]
     assert data["summary"]["new"] == 0 and data["summary"]["not_run"] == 1
+
+
+def test_a_change_whose_relevant_tests_cannot_run_here_says_so(et_repo, data_dir):
+    """The Arm quantizer: its relevant tests all need `tosa_serializer`, which this worker
+    lacks. Nothing runs, and the report says why, per changed file, instead of a silent pass."""
+    def touch(repo: Path):
+        target = repo / "backends/arm/quantizer/arm_quantizer.py"
+        target.write_text(target.read_text() + "\n# touched\n")
+
+    head = et_repo.branch("arm-quantizer", edit=touch)
+    data, report, _ = run_triage(et_repo, data_dir, head, None, targets=["host"])
+    assert data["plan"]["suites"] == [] and data["results"] == []
+    left = data["plan"]["left_out"]
+    assert left and all(s["module"] == "backends/arm/quantizer/arm_quantizer.py" for s in left)
+    assert any(s["why"] == "needs" and "tosa_serializer" in s["reason"] for s in left)
+    text = to_markdown(report)
+    assert text.startswith("## etriage: Nothing to run for this change")
+    assert "## Relevant but not run" in text and "need what this worker lacks" in text
