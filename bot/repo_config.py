@@ -10,7 +10,7 @@ on with defaults and devices are off (device runs need a pool and a deliberate o
 triage:                     # triage pull requests
   suites: [multi_method, mutable_buffer]
   targets: [host, qnn-sim]
-  paths: {"backends/qualcomm/**": qnn}       # path glob -> backend, before the built-in table
+  paths: {"third-party/qnn/**": qualcomm}   # path glob -> backend, before the built-in table
   trusted: [octocat]        # GitHub logins whose PRs' code runs without ok-to-test (besides
                             # everyone with write access); see docs/SANDBOX.md
   budget_seconds: 120       # time for the tests selected per change (default: the tables', 60)
@@ -36,6 +36,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Mapping
 
@@ -47,6 +48,8 @@ PATH = ".github/etriage.yml"
 NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?$")  # a GitHub user or app login
 TARGET_KINDS = ("emulator", "device")
+BACKENDS = tuple(yaml.safe_load((Path(__file__).resolve().parents[1] / "triage_rules" / "tables" / "areas.yaml")
+                                 .read_text())["backends"])  # what `triage.paths` may name
 BUDGET_RANGE = (10, 1800)  # seconds: a selected-tests budget must fit one suite run's timeout
 
 
@@ -342,6 +345,11 @@ def _dangling(config: RepoConfig):
         for index, target in enumerate(config.triage.targets):
             if target not in config.targets:
                 yield f"triage.targets[{index}]", f"unknown target {target!r}{_did_you_mean(target, config.targets)}"
+    if config.triage:
+        for glob, backend in config.triage.paths.items():
+            if backend not in BACKENDS:
+                yield (f"triage.paths.{glob}", f"unknown backend {backend!r}{_did_you_mean(backend, BACKENDS)} "
+                                               f"(known: {', '.join(BACKENDS)})")
     if config.triage and config.triage.budget_seconds is not None and \
             not BUDGET_RANGE[0] <= config.triage.budget_seconds <= BUDGET_RANGE[1]:
         yield "triage.budget_seconds", f"must be between {BUDGET_RANGE[0]} and {BUDGET_RANGE[1]} seconds"

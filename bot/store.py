@@ -286,15 +286,27 @@ class Store:
 
     # ---- reports GitHub did not take yet -------------------------------------------------------
     def save_pending_report(self, repo: str, pr: int, kind: str, head_sha: str,
-                            installation_id: int | None, payload: dict, error: str) -> None:
+                            installation_id: int | None, payload: dict) -> None:
+        """Keep a report until GitHub took it. A report of the same head keeps its count of
+        failed tries; a newer head's report starts again at 0."""
         t = self.t["pending_reports"]
         with self.engine.begin() as conn:
-            previous = conn.execute(select(t.c.attempts).where(
-                t.c.repo == repo, t.c.pr == pr, t.c.kind == kind)).scalar()
+            previous = conn.execute(select(t.c.head_sha, t.c.attempts, t.c.last_error).where(
+                t.c.repo == repo, t.c.pr == pr, t.c.kind == kind)).first()
+            same = previous is not None and previous.head_sha == head_sha
             self._upsert(conn, t, dict(
                 repo=repo, pr=pr, kind=kind, head_sha=head_sha, installation_id=installation_id,
-                payload=json.loads(json.dumps(payload)), attempts=(previous or 0) + 1,
-                last_error=error[:2000], updated_at=_now()), ("repo", "pr", "kind"))
+                payload=json.loads(json.dumps(payload)), attempts=previous.attempts if same else 0,
+                last_error=previous.last_error if same else "not yet published", updated_at=_now()),
+                ("repo", "pr", "kind"))
+
+    def pending_report_failed(self, repo: str, pr: int, kind: str, head_sha: str, error: str) -> None:
+        """One more try GitHub refused: counted once, with its error."""
+        t = self.t["pending_reports"]
+        with self.engine.begin() as conn:
+            conn.execute(t.update().where(t.c.repo == repo, t.c.pr == pr, t.c.kind == kind,
+                                          t.c.head_sha == head_sha)
+                         .values(attempts=t.c.attempts + 1, last_error=error[:2000], updated_at=_now()))
 
     def pending_reports(self) -> list[dict]:
         t = self.t["pending_reports"]

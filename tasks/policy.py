@@ -5,8 +5,8 @@
   writes them, are the run's, limited to the worker's ETRIAGE_SUITES / ETRIAGE_TARGETS (an
   allow-list; an empty ETRIAGE_SUITES allows every suite). A key the file leaves out (or no file,
   or a broken one) leaves the worker's setting in force: ETRIAGE_TARGETS, and ETRIAGE_SUITES or
-  else the plan's choice. A command's own suites/targets replace all of this. `triage.paths` is
-  not applied yet (the pipeline's area table has no per-run overrides).
+  else the plan's choice. A command's own suites/targets replace all of this. `triage.paths`
+  (glob -> backend) goes to the plan, asked before the tables' areas.
 - Targets: plus the repository's device targets (its `devices:` section, not bounded by
   ETRIAGE_TARGETS); a device-kind target runs only when `bot.commands.devices_allowed` says so
   (the PR's author has write access, or a maintainer said `/etriage ok-to-test` for this head).
@@ -128,7 +128,7 @@ def config_change_check(gh: GitHubClient, repo: str, pr: int, head_sha: str):
         return (f"`{PATH}` in this pull request is valid; it takes effect once merged into "
                 "the default branch.", [])
     annotations = [{"path": PATH, "start_line": int(m.group(1)) if (m := re.match(r"line (\d+): ", e))
-                    else 1, "title": f"{PATH} is invalid", "message": e, "level": "warning"}
+                    else 1, "title": f"{PATH} is invalid", "message": e, "level": "failure"}
                    for e in errors]
     lines = [f"`{PATH}` in this pull request has {len(errors)} problem(s); the bot keeps the "
              "default branch's configuration, and would reject this one once merged:"]
@@ -136,12 +136,14 @@ def config_change_check(gh: GitHubClient, repo: str, pr: int, head_sha: str):
 
 
 def add_config_check(payload, check) -> None:
-    """Put `config_change_check`'s result on the PublishPayload's check-run output."""
+    """Put `config_change_check`'s result on the PublishPayload's check-run output; an invalid
+    file fails the check, whatever the suites said."""
     if check is None:
         return
     text, annotations = check
     payload.check_text = "\n\n".join(filter(None, [f"## Repository configuration\n{text}",
                                                    payload.check_text]))
     payload.annotations = list(payload.annotations) + annotations
-    if annotations:
+    if annotations:  # merged, it would turn the bot's triage off for the repository: not mergeable
         payload.check_title = f"{payload.check_title} · .github/etriage.yml: {len(annotations)} problem(s)"[:255]
+        payload.check_conclusion = "failure"

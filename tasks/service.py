@@ -18,6 +18,7 @@ import redis
 from bot.github_client import (Annotation, GitHubClient, GitHubConfig, GitHubError,
                                redis_lock)
 from bot.store import Store
+from tasks.pipeline import gitio
 from tasks.policy import (add_config_check, choose_suites, choose_targets, config_change_check,
                           written_triage_keys)
 from tasks.summary import (SECTION_TITLES, CiFailure, PublishPayload, ci_counts, compose_comment,
@@ -118,8 +119,18 @@ def publish(ctx: WorkerContext, repo: str, pr: int, installation_id: int | None,
     """Comment, check run and labels for one finished run. The payload is saved first and
     cleared last, so a crash or a GitHub outage in between leaves it for the retry/beat."""
     ctx.store.save_pending_report(repo, pr, payload.kind, payload.head_sha, installation_id,
-                                  payload.to_dict(), "not yet published")
+                                  payload.to_dict())
     ctx.checkpoint(repo, pr, payload.head_sha)
+    try:
+        _publish(ctx, repo, pr, installation_id, payload)
+    except GitHubError as error:  # kept for the retry or the beat, this try counted once
+        ctx.store.pending_report_failed(repo, pr, payload.kind, payload.head_sha, str(error))
+        raise
+    ctx.store.clear_pending_report(repo, pr, payload.kind, payload.head_sha)
+
+
+def _publish(ctx: WorkerContext, repo: str, pr: int, installation_id: int | None,
+             payload: PublishPayload) -> None:
     gh = ctx.github(installation_id)
     run_id = ctx.store.start_run(repo, pr, payload.head_sha, payload.kind)
     ctx.store.update_run(run_id, summary=payload.section,
@@ -160,7 +171,6 @@ def publish(ctx: WorkerContext, repo: str, pr: int, installation_id: int | None,
         gh.add_labels(repo, pr, add)
         for label in remove:
             gh.remove_label(repo, pr, label)
-    ctx.store.clear_pending_report(repo, pr, payload.kind, payload.head_sha)
 
 
 def publish_pending(ctx: WorkerContext) -> int:
@@ -173,9 +183,8 @@ def publish_pending(ctx: WorkerContext) -> int:
             published += 1
         except Superseded:
             ctx.store.clear_pending_report(repo, pr, payload.kind, payload.head_sha)
-        except GitHubError as error:
-            ctx.store.save_pending_report(repo, pr, payload.kind, payload.head_sha,
-                                          row["installation_id"], row["payload"], str(error))
+        except GitHubError:
+            pass  # publish counted the try; the next beat tries again
     return published
 
 
@@ -256,6 +265,7 @@ def triage_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
         report = run_pipeline(ctx, Path(checkout), pull["base_sha"], head_sha,
                               suites=suites, targets=targets, progress=progress,
                               budget_seconds=config.triage.budget_seconds if config.triage else None,
+                              path_backends=dict(config.triage.paths) if config.triage else {},
                               select_all=reason == "run:all")
         ctx.checkpoint(repo, pr, head_sha)
         ctx.store.record_results(repo, head_sha, result_rows(report))
@@ -314,7 +324,8 @@ def environment_payload(head_sha: str, problem: str, notes=()) -> PublishPayload
 
 
 def run_pipeline(ctx: WorkerContext, checkout: Path, base: str, head: str, *, suites, targets,
-                 progress, budget_seconds: float | None = None, select_all: bool = False):
+                 progress, budget_seconds: float | None = None, select_all: bool = False,
+                 path_backends: dict[str, str] | None = None):
     """tasks.pipeline.run.triage on the worker's clone, every command of the change in the
     sandbox (never without: no sandbox here means nothing runs, and the report says so). The
     GitHub token is in no environment the pipeline sees: only the tool variables it needs."""
@@ -326,7 +337,8 @@ def run_pipeline(ctx: WorkerContext, checkout: Path, base: str, head: str, *, su
                             suites=suites, tool_env=dict(ctx.options.tool_env),
                             suite_timeout=ctx.options.suite_timeout,
                             sandbox=Sandbox(bwrap=ctx.options.sandbox_bwrap),
-                            budget_seconds=budget_seconds, select_all=select_all)
+                            budget_seconds=budget_seconds, select_all=select_all,
+                            path_backends=dict(path_backends or {}))
     return triage(options, progress=lambda message: progress("Running", message))
 
 
@@ -436,16 +448,30 @@ def triage_ci(ctx: WorkerContext, repo: str, head_sha: str, installation_id: int
             continue  # CI of an older push: the newer push has (or will have) its own
         ctx.store.record_pull(repo, pr, head_sha, base_ref=pull["base_ref"],
                               base_sha=pull["base_sha"], installation_id=installation_id)
-        merge_base = pull["base_sha"]
+        merge_base, exact = ci_merge_base(ctx, repo, pull)
         known = ctx.store.failure_fingerprints(repo, merge_base)
         ignored = ctx.store.ignored_failures(repo, pr)
         items = [_ci_failure(job, f, known, ignored) for job, fs in found for f in fs]
-        section = render_ci_section(head_sha, items, [j["name"] for j in failed], merge_base)
+        section = render_ci_section(head_sha, items, [j["name"] for j in failed], merge_base,
+                                    merge_base_exact=exact)
         payload = PublishPayload(kind="ci", head_sha=head_sha, section=section,
                                  counts=ci_counts(items), blame_categories=sorted({i.category for i in items
                                                           if i.verdict == "new"}))
         publish(ctx, repo, pr, installation_id, payload)
     return f"{len(failed)} failed job(s), {len(prs)} pull request(s)"
+
+
+def ci_merge_base(ctx: WorkerContext, repo: str, pull: dict) -> tuple[str, bool]:
+    """(the commit whose CI the PR's CI is compared with, whether it is the true merge base).
+    The merge base comes from the worker's clone; without one (or when it lacks a commit) the
+    PR's base sha stands in, and the comment says so rather than calling it the merge base."""
+    checkout = ctx.settings.repo_checkouts.get(repo)
+    if checkout and not _checkout_problem(repo, checkout, [pull["head_sha"], pull["base_sha"]]):
+        try:
+            return gitio.merge_base(checkout, pull["base_sha"], pull["head_sha"]), True
+        except gitio.GitError:
+            pass
+    return pull["base_sha"], False
 
 
 def _ci_failure(job: dict, failure, known: set[str], ignored: dict[str, str]) -> CiFailure:

@@ -100,9 +100,11 @@ def ci_counts(failures: list[CiFailure]) -> dict[str, int]:
 
 
 def render_ci_section(head_sha: str, failures: list[CiFailure], jobs_seen: list[str],
-                      merge_base: str | None) -> str:
+                      merge_base: str | None, *, merge_base_exact: bool = True) -> str:
     lines = [f"### {SECTION_TITLES['ci']}", f"Failed CI jobs at `{head_sha[:12]}`, classified from their logs."]
-    base_note = (f"compared with the merge base `{merge_base[:12]}`" if merge_base
+    base_note = (f"compared with the merge base `{merge_base[:12]}`" if merge_base and merge_base_exact
+                 else f"compared with the base branch at `{merge_base[:12]}` (no local clone to find the "
+                      "merge base)" if merge_base
                  else "no merge base known: nothing could be marked pre-existing")
     if not failures:
         jobs = ", ".join(jobs_seen) or "none"

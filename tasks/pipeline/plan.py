@@ -5,6 +5,8 @@ Takes a repository path and two revisions; returns a `Plan`. The mapping is data
 """
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
+
 from tasks.pipeline import gitio
 from tasks.pipeline.tables import Tables
 from tasks.records import ChangedFile, Plan
@@ -55,7 +57,10 @@ def recipes_for(files: list[ChangedFile], backends: set[str], tables: Tables) ->
 
 
 def plan_change(repo, base: str, head: str, tables: Tables, *,
-                targets: list[str] | None = None, suites: list[str] | None = None) -> Plan:
+                targets: list[str] | None = None, suites: list[str] | None = None,
+                path_backends: dict[str, str] | None = None) -> Plan:
+    """`path_backends`: the repository's own glob -> backend map (`triage.paths`), asked before
+    the tables' areas for which backends a path affects."""
     base_sha, head_sha = gitio.resolve(repo, base), gitio.resolve(repo, head)
     merge_base = gitio.merge_base(repo, base_sha, head_sha)
     files = gitio.changed_files(repo, merge_base, head_sha)
@@ -78,7 +83,8 @@ def plan_change(repo, base: str, head: str, tables: Tables, *,
                 areas.append(area.name)
             if area is not None and area.docs:
                 docs_only_files += path == f.path
-            backends |= backends_of(path, area, tables)
+            own = next((b for glob, b in (path_backends or {}).items() if fnmatchcase(path, glob)), None)
+            backends |= {own} if own else backends_of(path, area, tables)
 
     docs_only = bool(files) and docs_only_files == len(files)
     if not files:

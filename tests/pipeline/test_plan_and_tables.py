@@ -145,3 +145,11 @@ def test_a_package_missing_at_head_and_base_alike_is_the_environments():
         base = {key: failed(key[2], base_text)} if base_text else {}
         [verdict] = compare.decide(base, head, {key: []}, {})
         assert verdict.verdict == expected, (head_text, base_text)
+
+
+def test_the_repositorys_paths_map_a_path_to_a_backend_before_the_tables(small_repo):
+    head = small_repo.branch("vendored", edit=write("third-party/qnn/glue.py"))
+    tables = load_tables()
+    assert plan_change(small_repo.path, "main", head, tables).backends == []  # the tables: area `other`
+    plan = plan_change(small_repo.path, "main", head, tables, path_backends={"third-party/qnn/*": "qualcomm"})
+    assert plan.backends == ["qualcomm"] and "multi_method" in plan.suites

@@ -2,6 +2,7 @@
 the GitHub double. Every assertion is about what GitHub (the double) received."""
 from __future__ import annotations
 
+import subprocess
 import time
 
 import pytest
@@ -129,6 +130,30 @@ def test_failed_workflow_run_is_classified_into_the_comment(web, workers, payloa
     assert marked_line("pytest_failure.txt").split("Z ", 1)[1][:60] in body
     assert "`runtime_error`" in body and "pre-existing" in body and "❌" not in body
     assert [r.path for r in web.double.requests_to("GET", r"/_logs/")] == ["/_logs/11", "/_logs/21"]
+
+
+def test_ci_is_compared_with_the_merge_base_not_the_moved_base_branch(web, workers, payloads):
+    """master moved on after the PR branched: its CI at the merge base, not at the PR's newer
+    base sha, says what was already broken."""
+    workers()
+    moved = subprocess.run(["git", "-C", str(web.checkout), "commit-tree", f"{web.base}^{{tree}}", "-p", web.base,
+                            "-m", "master moves on"], check=True, capture_output=True, text=True,
+                           env={"PATH": "/usr/bin:/bin", "HOME": str(web.checkout), "GIT_AUTHOR_NAME": "t",
+                                "GIT_COMMITTER_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+                                "GIT_COMMITTER_EMAIL": "t@example.com"}).stdout.strip()
+    web.double.add_pull(REPO, PR, web.head, moved, files=[("docs/usage.md", "modified")])
+    log = ci_log("pytest_failure.txt")
+    web.double.add_workflow_run(REPO, 111, web.base, [{"id": 41, "name": "unittest / linux",
+                                                       "conclusion": "failure", "log": log}])
+    web.double.add_workflow_run(REPO, 112, web.head, [{"id": 42, "name": "unittest / linux",
+                                                       "conclusion": "failure", "log": log}])
+    assert web.post("workflow_run", payloads.workflow_run(111, web.base)).status_code == 202
+    store = web.store()
+    web.double.wait_for(lambda: store.failures_for(REPO, web.base), 60, "merge-base failures")
+    assert web.post("workflow_run", payloads.workflow_run(112, web.head)).status_code == 202
+    [comment] = web.double.wait_for(lambda: bot_comments(web.double), 60, "comment")
+    assert f"compared with the merge base `{web.base[:12]}`" in comment["body"]
+    assert "pre-existing" in comment["body"] and "**new**" not in comment["body"]
 
 
 def test_new_ci_failure_is_blamed_and_labelled(web, workers, payloads):

@@ -59,10 +59,19 @@ def test_failures_pull_requests_and_lookup(store):
 
 
 def test_pending_reports_count_attempts_and_clear_per_head(store):
-    store.save_pending_report("o/r", 1, "pr", "h1", 5, {"section": "x"}, "502")
-    store.save_pending_report("o/r", 1, "pr", "h1", 5, {"section": "x"}, "rate limited")
+    store.save_pending_report("o/r", 1, "pr", "h1", 5, {"section": "x"})
     [pending] = store.pending_reports()
-    assert pending["attempts"] == 2 and pending["last_error"] == "rate limited"
+    assert pending["attempts"] == 0 and pending["last_error"] == "not yet published"
+    store.pending_report_failed("o/r", 1, "pr", "h1", "502")
+    store.save_pending_report("o/r", 1, "pr", "h1", 5, {"section": "x"})  # saved again before a retry
+    store.pending_report_failed("o/r", 1, "pr", "h1", "rate limited")
+    [pending] = store.pending_reports()
+    assert pending["attempts"] == 2 and pending["last_error"] == "rate limited"  # one per failed try
+    store.pending_report_failed("o/r", 1, "pr", "h0", "other head")  # not this report's head: no count
+    assert store.pending_reports()[0]["attempts"] == 2
+    store.save_pending_report("o/r", 1, "pr", "h2", 5, {"section": "y"})  # a newer head starts again
+    assert store.pending_reports()[0]["attempts"] == 0
+    store.save_pending_report("o/r", 1, "pr", "h1", 5, {"section": "x"})
     store.clear_pending_report("o/r", 1, "pr", "h0")  # another head: kept
     assert store.pending_reports()
     store.clear_pending_report("o/r", 1, "pr", "h1")

@@ -95,8 +95,10 @@ def test_an_edited_repo_config_is_validated_on_the_check_run(web, workers, paylo
     assert "line 3: triage: unknown key 'tragets'" in text
     assert "line 5: labels.no_such_category" in text
     assert sorted((a["path"], a["start_line"], a["annotation_level"]) for a in run["annotations"]) \
-        == [(CONFIG, 3, "warning"), (CONFIG, 5, "warning")]
-    assert run["conclusion"] == "success"  # a docs change: the config's problems do not fail it
+        == [(CONFIG, 3, "failure"), (CONFIG, 5, "failure")]
+    # a docs change that passes everything else still fails: merged, this file would switch the
+    # repository's triage off (every later event would meet a broken config)
+    assert run["conclusion"] == "failure" and "2 problem(s)" in run["output"]["title"]
     # Read at the head only to validate; the config in force came from the default branch.
     reads = [r.query.get("ref") for r in double.requests_to("GET", r"/contents/\.github/etriage\.yml$")]
     assert reads.count(web.head) == 1 and None in reads

@@ -13,8 +13,8 @@ FULL = textwrap.dedent("""\
       suites: [multi_method, my_suite]
       targets: [host, android-sm8750-lab]
       paths:
-        "backends/qualcomm/**": qnn
-        "exir/backend/**": qnn
+        "third-party/qnn/**": qualcomm
+        "exir/backend/**": qualcomm
     commands: {}
     labels:
       multi_method_lowering: "qnn: multi-method"
@@ -38,7 +38,7 @@ def test_full_config():
     config = load(FULL)
     assert config.triage.suites == ("multi_method", "my_suite")
     assert config.triage.targets == ("host", "android-sm8750-lab")
-    assert dict(config.triage.paths) == {"backends/qualcomm/**": "qnn", "exir/backend/**": "qnn"}
+    assert dict(config.triage.paths) == {"third-party/qnn/**": "qualcomm", "exir/backend/**": "qualcomm"}
     assert config.commands is not None
     assert config.labels["multi_method_lowering"] == "qnn: multi-method"
     assert config.labels["mutable_buffer"] == "triage: mutable-buffer"  # defaults fill the rest
@@ -118,6 +118,8 @@ ERRORS = [
     ("triage:\n  trusted:\n    - ok\n    - -leading-dash\n", "line 4: triage.trusted[1]: '-leading-dash' is not a GitHub login"),
     ("triage:\n  trusted: [12345]\n", "line 2: triage.trusted[0]: must be a string"),
     ("triage:\n  paths: {'a/**': 3}\n", "line 2: triage.paths.a/**: must be a string"),
+    ("triage:\n  paths:\n    'third-party/**': qnn\n",
+     "line 3: triage.paths.third-party/**: unknown backend 'qnn' (known: portable, xnnpack, qualcomm)"),
     ("labels: [a]\n", "line 1: labels: must be a mapping"),
     ("labels:\n  lint: {name: x}\n", "line 2: labels.lint: must be a string"),
     ("ci_logs:\n  max_bytes: lots\n", "line 2: ci_logs.max_bytes: must be an integer"),
