@@ -1,4 +1,5 @@
-"""Read a lowered ExportedProgram the way a reviewer would: delegates, getitems, signature.
+"""Read a lowered ExportedProgram the way a reviewer would: delegates, getitems, signature,
+where memory planning put the mutated buffers, and what the emitted Program tells the runtime.
 
 Each check returns plain lines that name the node, delegate or buffer at fault, so a probe's
 diagnosis can quote them directly. Nothing here runs a model.
@@ -249,3 +250,136 @@ def _writes_into(node: torch.fx.Node, placeholder: torch.fx.Node) -> bool:
         return True
     schema = getattr(node.target, "_schema", None)
     return bool(schema and schema.name.endswith("_") and node.args and node.args[0] is placeholder)
+
+
+# ---- mutated buffers along the way down -----------------------------------------------------
+
+
+def cache_problems(ep, fqns: list[str]) -> list[str]:
+    """Each buffer in `fqns` must be a BUFFER input with a BUFFER_MUTATION output, read by the
+    graph, and no cache write may start from a copy of it (a constant)."""
+    problems = []
+    for fqn, state in signature_summary(ep, fqns).buffers.items():
+        if state.input_name is None:
+            problems.append(f"{fqn} is missing from the BUFFER inputs")
+        elif state.mutated_by is None:
+            problems.append(f"{fqn} ({state.input_name}) has no BUFFER_MUTATION output")
+        elif not state.read:
+            problems.append(f"{fqn} ({state.input_name}) is never read; its update starts from a constant")
+    return problems + [write.describe() for write in constant_cache_writes(ep)]
+
+
+def _buffer_inputs(ep, fqns: list[str]) -> dict[str, str]:
+    """placeholder name -> fqn, for the buffers in `fqns`."""
+    return {name: fqn for name, fqn in ep.graph_signature.inputs_to_buffers.items() if fqn in fqns}
+
+
+def cache_reads(ep, fqns: list[str]) -> dict[str, int]:
+    """fqn -> how many graph nodes use the buffer's input placeholder."""
+    by_input = _buffer_inputs(ep, fqns)
+    return {by_input[n.name]: len(n.users) for n in ep.graph.nodes if n.op == "placeholder" and n.name in by_input}
+
+
+def delegate_constant_problems(ep, fqns: list[str]) -> list[str]:
+    """No delegate may own a mutated buffer as its own data: it would compute with the value it
+    had at lowering time, whatever earlier calls wrote (the second seed, inside a delegate)."""
+    problems = []
+    for d in delegates(ep):
+        sig = getattr(ep.graph_module, d.lowered).original_module.graph_signature
+        owned = {**sig.inputs_to_buffers, **sig.inputs_to_parameters, **sig.inputs_to_lifted_tensor_constants}
+        problems += [
+            f"delegate {d.node} [{d.backend_id}] holds {fqn} as its own constant data ({name}); "
+            "expected the mutated buffer as a delegate input"
+            for name, fqn in owned.items() if fqn in fqns
+        ]
+    return problems
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where memory planning put a tensor: arena (mem_id), byte offset and size."""
+
+    mem_id: int | None
+    offset: int | None
+    size: int
+
+    def describe(self) -> str:
+        if self.mem_id is None or self.offset is None:
+            return "not memory planned"
+        return f"mem_id {self.mem_id} bytes [{self.offset}, {self.offset + self.size})"
+
+    def overlaps(self, other: "Placement") -> bool:
+        return (None not in (self.mem_id, self.offset, other.mem_id, other.offset) and self.mem_id == other.mem_id
+                and self.offset < other.offset + other.size and other.offset < self.offset + self.size)
+
+
+def _specs(node: torch.fx.Node) -> list:
+    from executorch.exir.tensor import TensorSpec  # deferred: importing this module must not load executorch
+
+    spec = node.meta.get("spec")
+    return [s for s in (spec if isinstance(spec, (list, tuple)) else [spec]) if isinstance(s, TensorSpec)]
+
+
+def _buffer_specs(ep, fqns: list[str]) -> dict[torch.fx.Node, object]:
+    """placeholder -> its TensorSpec (set by to_executorch), for the buffers in `fqns`."""
+    by_input = _buffer_inputs(ep, fqns)
+    return {n: _specs(n)[0] for n in ep.graph.nodes if n.op == "placeholder" and n.name in by_input and _specs(n)}
+
+
+def placements(ep, fqns: list[str]) -> dict[str, Placement]:
+    """After to_executorch: where each buffer's input placeholder lives."""
+    by_input = _buffer_inputs(ep, fqns)
+    return {by_input[node.name]: Placement(spec.mem_id, spec.mem_offset, spec.allocated_memory)
+            for node, spec in _buffer_specs(ep, fqns).items()}
+
+
+def placement_problems(ep, fqns: list[str]) -> list[str]:
+    """A mutated buffer keeps its value between calls, so memory planning must give it memory of
+    its own: planned (not constant data), and shared with no other tensor of the method."""
+    by_input, buffers = _buffer_inputs(ep, fqns), _buffer_specs(ep, fqns)
+    buffer_ids = {id(spec) for spec in buffers.values()}
+    problems = []
+    for node, spec in buffers.items():
+        fqn, mine = by_input[node.name], Placement(spec.mem_id, spec.mem_offset, spec.allocated_memory)
+        if mine.mem_id is None or mine.offset is None:
+            problems.append(f"{fqn} ({node.name}) is not memory planned: the runtime has no memory to keep it in")
+            continue
+        for other in ep.graph.nodes:
+            if other in buffers and by_input[other.name] <= fqn:
+                continue  # itself, or a pair of buffers already compared
+            for other_spec in _specs(other):
+                if other not in buffers and buffer_ids & {id(other_spec), id(other_spec.inplace_base)}:
+                    continue  # a buffer's write-back lives in that buffer's memory
+                theirs = Placement(other_spec.mem_id, other_spec.mem_offset, other_spec.allocated_memory)
+                if mine.overlaps(theirs):
+                    what = by_input.get(other.name, other.name)
+                    problems.append(f"{fqn} ({mine.describe()}) shares memory with {what} ({theirs.describe()}): "
+                                    "writing one overwrites the other")
+    return problems
+
+
+# ---- the emitted program -----------------------------------------------------------------------
+
+
+@dataclass
+class EmittedMethod:
+    """One execution plan of the emitted Program, as the runtime will load it."""
+
+    name: str
+    delegates: list[str]  # backend ids, in plan order
+    buffers: dict[str, tuple[int, int] | None]  # named tensor -> (mem_id, offset); None: constant data
+
+
+def emitted_methods(program) -> dict[str, EmittedMethod]:
+    """Read an executorch schema Program (ExecutorchProgramManager.executorch_program). Tensors
+    carry their names when emitted with emit_mutable_buffer_names."""
+    methods = {}
+    for plan in program.execution_plan:
+        buffers = {}
+        for value in plan.values:
+            info = getattr(value.val, "extra_tensor_info", None)
+            if info is not None and info.fully_qualified_name:
+                alloc = value.val.allocation_info
+                buffers[info.fully_qualified_name] = (alloc.memory_id, alloc.memory_offset) if alloc else None
+        methods[plan.name] = EmittedMethod(plan.name, [d.id for d in plan.delegates], buffers)
+    return methods

@@ -26,14 +26,22 @@ class Probe:
     module: str  # repo-relative source file
 
 
+# Suites whose probes live in more modules than the suite's own (each lists its own in PROBES),
+# in run order. A probe's suite gives its category; its module is the source file it reports.
+SUITE_MODULES: dict[str, tuple[str, ...]] = {
+    "multi_method": ("multi_method", "multi_method_passes"),
+}
+
+
 def registry(suite: str = "all") -> list[Probe]:
     if suite != "all" and suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r} (choose from: all, {', '.join(SUITES)})")
     probes = []
     for name in SUITES if suite == "all" else (suite,):
-        module = importlib.import_module(f"tasks.probes.{name}")
-        path = f"tasks/probes/{name}.py"
-        probes.extend(Probe(name, probe_name, func, path) for probe_name, func in module.PROBES)
+        for module_name in SUITE_MODULES.get(name, (name,)):
+            module = importlib.import_module(f"tasks.probes.{module_name}")
+            path = f"tasks/probes/{module_name}.py"
+            probes.extend(Probe(name, probe_name, func, path) for probe_name, func in module.PROBES)
     return probes
 
 

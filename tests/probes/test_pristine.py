@@ -13,10 +13,13 @@ EXPECTED = {
     ("multi_method", "per_method_partitioners"),
     ("multi_method", "two_methods_different_backends"),
     ("multi_method", "shared_nodes_across_delegates"),
+    ("multi_method", "kv_cache_methods_through_passes"),
     ("mutable_buffer", "kv_cache_fp"),
     ("mutable_buffer", "kv_cache_quantized"),
     ("mutable_buffer", "kv_cache_through_passes"),
 }
+# probe -> its source file, where that is not the suite's own module
+MODULE = {"kv_cache_methods_through_passes": "tasks/probes/multi_method_passes.py"}
 
 
 def test_all_probes_pass_and_exit_zero(pristine_run):
@@ -33,7 +36,7 @@ def test_junit_names_every_probe(pristine_run):
     assert suite.tag == "testsuite" and suite.get("name") == "etriage.probes"
     assert suite.get("tests") == str(len(EXPECTED)) and suite.get("failures") == "0" and suite.get("errors") == "0"
     cases = {(c.get("classname"), c.get("name"), c.get("file")) for c in suite.iter("testcase")}
-    assert cases == {(f"probes.{s}", n, f"tasks/probes/{s}.py") for s, n in EXPECTED}
+    assert cases == {(f"probes.{s}", n, MODULE.get(n, f"tasks/probes/{s}.py")) for s, n in EXPECTED}
     assert not any(len(c) for c in suite.iter("testcase")), "a pristine probe reported a failure/error/skip"
 
 
@@ -45,6 +48,10 @@ def test_json_results_carry_evidence(pristine_run):
     assert results["per_method_partitioners"]["details"]["delegates"]["decode"] == []
     assert results["kv_cache_quantized"]["details"]["buffer_mutations"] == {"fp": 2, "quantized": 2}
     assert len(results["kv_cache_fp"]["details"]["max_abs_error_per_step"]) == 3
+    methods = results["kv_cache_methods_through_passes"]["details"]
+    assert methods["delegates"]["decode"] == []
+    assert methods["delegates"]["prefill"] and set(methods["delegates"]["prefill"]) == {"XnnpackBackend"}
+    assert {m: len(e) for m, e in methods["max_abs_error_per_call"].items()} == {"prefill": 3, "decode": 3}
 
 
 def test_etriage_probe_subcommand_runs_in_process():

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.executorch
 @dataclass(frozen=True)
 class Case:
     patch: str
-    suite: str
+    suite: str  # the --suite the probes run in ("all" to hold probes of both suites)
     failing: dict[str, list[str]]  # probe -> substrings its failure message must hold
     passing: tuple[str, ...] = ()
 
@@ -67,6 +67,10 @@ CASES = [
                 "ProbeFailure: [multi_method_lowering]",
                 "method 'all_first'",
             ],
+            "kv_cache_methods_through_passes": [
+                "ProbeFailure: [multi_method_lowering] prefill (XNNPACK) + decode (portable) sharing a KV cache: "
+                "after delegate lowering: method 'decode': expected delegates none (portable), got ['XnnpackBackend'",
+            ],
         },
         passing=("shared_nodes_across_delegates",),
     ),
@@ -81,6 +85,21 @@ CASES = [
             ]
         },
         passing=("per_method_partitioners", "two_methods_different_backends"),
+    ),
+    Case(
+        "multi_method_shared_cache_split",
+        "all",  # no other probe, of either suite, may notice
+        {
+            "kv_cache_methods_through_passes": [
+                "ProbeFailure: [multi_method_lowering] prefill (XNNPACK) + decode (portable) sharing a KV cache: "
+                "after to_executorch (memory planning): k_cache is one buffer shared by the methods but is planned "
+                "at different places ('decode' at mem_id 2",
+                "what one method writes, the other never reads",
+                "problem: after to_executorch (memory planning): v_cache is one buffer",
+            ]
+        },
+        passing=("per_method_partitioners", "two_methods_different_backends", "shared_nodes_across_delegates",
+                 "kv_cache_fp", "kv_cache_quantized", "kv_cache_through_passes"),
     ),
 ]
 
