@@ -1,7 +1,7 @@
 """Benchmark: how long POST /webhook takes to verify, dedupe and enqueue a delivery.
 
 Real parts: the Flask app under werkzeug's threaded server, a real redis-server (embedded, or
-$REDIS_URL), the real `tasks.dispatch` publishing Celery messages to it. No worker consumes
+$REDIS_URL), the real `bot.publisher.Publisher` publishing Celery messages to it. No worker consumes
 them: this measures the webhook's own answer, which GitHub cuts off after 10 s. Sends GitHub's
 real `pull_request.synchronize` payload, signed, each with a fresh delivery id, plus redeliveries.
 Prints latency percentiles; asserts nothing.
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from werkzeug.serving import make_server  # noqa: E402
 
 from bot.app import create_app  # noqa: E402
-from bot.embedded_redis import EmbeddedRedis  # noqa: E402
+from etriage.embedded_redis import EmbeddedRedis  # noqa: E402
 from bot.settings import Settings  # noqa: E402
 from tasks import celery_app  # noqa: E402
 

@@ -7,33 +7,16 @@ included, is JSON `{"status": ..., "detail": ...}`.
 """
 from __future__ import annotations
 
-import importlib
 import os
-from dataclasses import dataclass, field
 from typing import Mapping
 
 import redis
-from flask import Flask, current_app, jsonify
+from flask import Flask
 from werkzeug.exceptions import HTTPException
 
+from bot import health, webhooks
+from bot.services import Services, answer
 from bot.settings import Settings, SettingsError
-
-
-@dataclass
-class Services:
-    """What the request handlers use, built once per app."""
-
-    settings: Settings
-    redis: redis.Redis
-    injected_dispatcher: object | None = None
-    _dispatcher: object | None = field(default=None, init=False, repr=False)
-
-    @property
-    def dispatcher(self):
-        """The enqueue functions (tasks.dispatch unless injected), imported on first use."""
-        if self._dispatcher is None:
-            self._dispatcher = self.injected_dispatcher or importlib.import_module("tasks.dispatch")
-        return self._dispatcher
 
 
 def create_app(
@@ -42,10 +25,8 @@ def create_app(
     dispatcher: object | None = None,
     redis_client: redis.Redis | None = None,
 ) -> Flask:
-    """The web app. `dispatcher` replaces tasks.dispatch (an object with the same functions and
-    a `DispatchError` attribute); `redis_client` replaces the client built from redis_url."""
-    from bot import health, webhooks
-
+    """The web app. `dispatcher` replaces the Publisher (an object with the same methods and a
+    `DispatchError` attribute); `redis_client` replaces the client built from redis_url."""
     settings = _settings(config)
     if redis_client is None:
         if not settings.redis_url:
@@ -63,14 +44,6 @@ def create_app(
     app.register_blueprint(health.blueprint)
     app.register_error_handler(HTTPException, _http_error_as_json)
     return app
-
-
-def services() -> Services:
-    return current_app.extensions["etriage"]
-
-
-def answer(http_status: int, status: str, detail: str, **extra):
-    return jsonify({"status": status, "detail": detail, **extra}), http_status
 
 
 def _settings(config: Settings | Mapping | None) -> Settings:

@@ -49,7 +49,7 @@ __all__ = ["Command", "CommandContext", "CommandError", "Outcome", "code_may_run
 class CommandContext:
     github: Any  # bot.github_client.GitHubClient
     store: Any  # bot.store.Store
-    enqueue: Any  # tasks.dispatch
+    enqueue: Any  # a bot.publisher.Publisher
     repo_config: RepoConfig
     bot_login: str
     installation_id: int | None = None  # passed on to the triage runs a command starts

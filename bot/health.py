@@ -6,7 +6,7 @@ import logging
 import redis
 from flask import Blueprint
 
-from bot.app import answer, services
+from bot.services import answer, services
 
 log = logging.getLogger(__name__)
 blueprint = Blueprint("health", __name__)

@@ -1,6 +1,6 @@
 """Which GitHub event becomes which piece of work: one small handler per event and action.
 
-Handlers are pure: they read the payload and return `Enqueue` (the name of a `tasks.dispatch`
+Handlers are pure: they read the payload and return `Enqueue` (the name of a `bot.publisher.Publisher`
 function and its plain-value arguments) or `Ignore` (the reason, which the webhook answers with).
 The webhook does the side effects. Decisions worth knowing:
 
@@ -26,7 +26,7 @@ FAILED_CONCLUSIONS = frozenset({"failure", "timed_out", "cancelled", "startup_fa
 
 @dataclass(frozen=True)
 class Enqueue:
-    task: str  # a function of tasks.dispatch
+    task: str  # a method of bot.publisher.Publisher (bot.queues names the tasks behind them)
     args: tuple
     kwargs: dict = field(default_factory=dict)
     summary: str = ""

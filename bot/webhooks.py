@@ -5,7 +5,7 @@ is parsed, and the delivery id is claimed in Redis (SET NX) before anything is e
 
 | answer | when |
 | --- | --- |
-| 202 queued | the work was handed to tasks.dispatch |
+| 202 queued | the work was handed to bot.publisher |
 | 202 ignored | an event, action or payload etriage has nothing to do for (detail says why) |
 | 200 pong / duplicate | a ping; a delivery id already processed (redelivery) |
 | 400 | missing X-GitHub-Event / X-GitHub-Delivery, malformed or too deeply nested JSON, payload |
@@ -33,7 +33,7 @@ from flask import Blueprint, request
 from kombu.exceptions import OperationalError as BrokerError
 
 from bot import routing
-from bot.app import Services, answer, services
+from bot.services import Services, answer, services
 
 log = logging.getLogger(__name__)
 blueprint = Blueprint("webhooks", __name__)

@@ -1,13 +1,12 @@
 """The Celery app: `make_celery(settings, options)`, and `app` for `celery -A tasks.celery_app`.
 
-Queues are per resource: `triage` (planning, CI-log classification, reporting, commands),
-`build` (rebuild + host suites), `emulator` (qnn-sim), `device` (phones). Tasks ack late and are
-requeued when their worker dies; the Redis visibility timeout bounds how long a message of a
+Queues and task names are `bot.queues`' (the web side publishes with the same ones). Tasks
+ack late and are requeued when their worker dies; the Redis visibility timeout bounds how long a message of a
 SIGKILLed worker waits before another worker gets it (the tests set it to seconds).
 
 Nothing is read at import: the module attribute `app` is built on first access from the
 environment (the worker CLI), unless `configure(settings)` chose the settings first (serve,
-tests). The web process reaches the same app through `tasks.dispatch`.
+tests). The web process does not import this module: it publishes through bot.publisher.
 """
 from __future__ import annotations
 
@@ -18,12 +17,12 @@ from datetime import timedelta
 from typing import Mapping
 
 from celery import Celery
-from kombu import Exchange, Queue
 
-QUEUES = ("triage", "build", "emulator", "device")
+from bot import queues
+from bot.settings import load_or_exit
+
 # Passed to the pipeline (and nothing else from the worker's environment): the tools need them.
 TOOL_VARIABLES = ("QNN_SDK_ROOT", "ANDROID_NDK_ROOT", "ANDROID_SERIAL")
-TARGET_QUEUES = {"host": "build", "qnn-sim": "emulator", "android": "device", "ssh": "device"}
 
 
 @dataclass(frozen=True)
@@ -92,28 +91,19 @@ def make_celery(settings, options: WorkerOptions | None = None) -> Celery:
         broker_transport_options=transport,
         result_backend_transport_options=transport,
         broker_connection_retry_on_startup=True,
-        task_default_queue="triage",
-        # Each queue its own exchange and key: with bare Queue(name) Celery binds every queue
-        # to the default exchange and key, which only works by accident of the Redis transport.
-        task_queues=[Queue(name, Exchange(name, type="direct"), routing_key=name) for name in QUEUES],
-        task_default_exchange="triage",
-        task_default_routing_key="triage",
-        task_routes={"etriage.run_suites": {"queue": "build"}},  # callers pick the target's queue
+        **queues.messaging_conf(),
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         task_acks_on_failure_or_timeout=True,
         worker_prefetch_multiplier=1,  # a long task must not sit on messages others could run
         task_soft_time_limit=options.soft_time_limit,
         task_time_limit=options.time_limit,
-        task_serializer="json", result_serializer="json", accept_content=["json"],
         result_expires=timedelta(days=1),
-        task_publish_retry_policy={"max_retries": 2, "interval_start": 0,
-                                   "interval_step": 0.5, "interval_max": 1},
         worker_hijack_root_logger=True,
         beat_schedule={
-            "retry-pending-reports": {"task": "etriage.publish_pending",
+            "retry-pending-reports": {"task": queues.PUBLISH_PENDING,
                                       "schedule": options.pending_report_interval},
-            "expire-stale-runs": {"task": "etriage.expire_runs", "schedule": 3600.0},
+            "expire-stale-runs": {"task": queues.EXPIRE_RUNS, "schedule": 3600.0},
         },
     )
     app.etriage_settings = settings
@@ -137,8 +127,6 @@ def get_app() -> Celery:
     global _configured
     with _lock:
         if _configured is None:
-            from bot.settings import load_or_exit
-
             _configured = make_celery(load_or_exit(os.environ, require_redis=True),
                                       WorkerOptions.from_env(os.environ))
         return _configured

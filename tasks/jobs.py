@@ -15,9 +15,9 @@ import redis
 from celery import Task, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 
+from bot import queues
 from bot.github_client import GitHubError, GitHubUnavailable, install_redaction
 from tasks import service
-from tasks.celery_app import TARGET_QUEUES
 
 log = logging.getLogger(__name__)
 TRANSIENT = (GitHubUnavailable, redis.ConnectionError, redis.TimeoutError)
@@ -37,7 +37,7 @@ class EtriageTask(Task):
 def _task(name: str):
     """shared_task with the etriage policy; the body gets the WorkerContext first."""
     def wrap(fn):
-        @shared_task(bind=True, base=EtriageTask, name=f"etriage.{name}")
+        @shared_task(bind=True, base=EtriageTask, name=name)
         @functools.wraps(fn)
         def run(self, *args, **kwargs):
             try:
@@ -55,21 +55,21 @@ def _task(name: str):
     return wrap
 
 
-@_task("triage_pr")
+@_task(queues.TRIAGE_PR)
 def triage_pr(ctx, repo, pr, head_sha, base_ref, installation_id, *, reason, targets=None,
               suites=None):
     """Entry: is this still the head? Then a queued check run, and the suites on their queue."""
     force = not reason.startswith("pull_request.")  # rerun, run, ok-to-test: run again
     service.queue_pull_request(ctx, repo, pr, head_sha, installation_id, reason=reason, fresh=force)
     # None (automatic) stays None: the run chooses its targets (devices need approval).
-    queue = TARGET_QUEUES.get((list(targets or ctx.options.targets) or ["host"])[0], "build")
+    queue = queues.TARGET_QUEUES.get((list(targets or ctx.options.targets) or ["host"])[0], "build")
     run_suites.apply_async(args=[repo, pr, head_sha, installation_id],
                            kwargs={"reason": reason, "targets": targets, "suites": suites,
                                    "force": force}, queue=queue)
     return f"queued on {queue}"
 
 
-@_task("run_suites")
+@_task(queues.RUN_SUITES)
 def run_suites(ctx, repo, pr, head_sha, installation_id, *, reason, targets, suites, force=False):
     try:
         return service.triage_pull_request(ctx, repo, pr, head_sha, installation_id,
@@ -90,14 +90,14 @@ def run_suites(ctx, repo, pr, head_sha, installation_id, *, reason, targets, sui
         raise
 
 
-@_task("ci_completed")
+@_task(queues.CI_COMPLETED)
 def ci_completed(ctx, repo, head_sha, installation_id, *, run_id=None, job_id=None,
                  check_suite_id=None):
     return service.triage_ci(ctx, repo, head_sha, installation_id, run_id=run_id,
                              job_id=job_id, check_suite_id=check_suite_id)
 
 
-@_task("comment")
+@_task(queues.COMMENT)
 def comment(ctx, repo, pr, comment_id, installation_id, *, author, author_type, body,
             previous_body, action):
     outcomes = service.handle_comment(ctx, repo, pr, comment_id, installation_id, author=author,
@@ -106,23 +106,23 @@ def comment(ctx, repo, pr, comment_id, installation_id, *, author, author_type, 
     return [str(o) for o in outcomes]
 
 
-@_task("pr_closed")
+@_task(queues.PR_CLOSED)
 def pr_closed(ctx, repo, pr, installation_id):
     ctx.store.close_pull(repo, pr)
     return "closed"
 
 
-@_task("installation")
+@_task(queues.INSTALLATION)
 def installation(ctx, installation_id, account, action):
     ctx.store.record_installation(installation_id, account, action)
     return action
 
 
-@_task("publish_pending")
+@_task(queues.PUBLISH_PENDING)
 def publish_pending(ctx):
     return service.publish_pending(ctx)
 
 
-@_task("expire_runs")
+@_task(queues.EXPIRE_RUNS)
 def expire_runs(ctx):
     return service.expire_runs(ctx)

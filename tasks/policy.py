@@ -19,7 +19,10 @@ import re
 
 import yaml
 
+from bot.commands import devices_allowed
 from bot.github_client import GitHubClient
+from bot.repo_config import PATH, validate_repo_config
+from tasks.pipeline.tables import load_tables
 
 # bot.repo_config's built-in suite names that the pipeline's tables spell differently.
 PIPELINE_SUITES = {"qnn": "qnn_delegate"}
@@ -58,7 +61,6 @@ def choose_suites(ctx, gh: GitHubClient, repo: str,
     """(the pipeline's suites, None: the plan decides; notes). See the module docstring for the
     precedence. An empty list means nothing may run; names the pipeline has no table for are
     left out with a note."""
-    from tasks.pipeline.tables import load_tables
 
     chosen, notes = _chosen(ctx, gh, repo, "suites", requested)
     if chosen is None:
@@ -80,8 +82,6 @@ def choose_targets(ctx, gh: GitHubClient, repo: str, pr: int, pull: dict,
     config enables them, but a device-kind target (automatic or requested) runs only when
     `bot.commands.devices_allowed`: the PR's author has write access, or a maintainer said
     `/etriage ok-to-test` for exactly this head."""
-    from bot.commands import devices_allowed
-    from tasks.pipeline.tables import load_tables
 
     config = ctx.repo_config_or_defaults(gh, repo)
     enabled = config.device_targets()
@@ -115,7 +115,6 @@ def _names(names) -> str:
 def config_change_check(gh: GitHubClient, repo: str, pr: int, head_sha: str):
     """(markdown, annotations) when the PR edits .github/etriage.yml, else None. The PR's
     version is read only to validate it: the config in force stays the default branch's."""
-    from bot.repo_config import PATH, validate_repo_config
 
     status = dict(gh.pull_files(repo, pr)).get(PATH)
     if status is None:

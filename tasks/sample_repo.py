@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from tasks.pipeline.overlay import installed_package_dir
+
 SOURCE_SUFFIXES = (".py", ".yaml", ".fbs", ".pyi", ".h")
 GIT_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LC_ALL": "C",
            "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
@@ -80,8 +82,6 @@ def build_sample_repo(dest: Path, installed: Path | None = None) -> SampleRepo:
     """Create the repository at `dest` (must not exist or be empty) from `installed`
     (default: the executorch package this Python finds)."""
     if installed is None:
-        from tasks.pipeline.overlay import installed_package_dir
-
         installed = installed_package_dir(sys.executable)
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()):

@@ -15,14 +15,24 @@ from pathlib import Path
 
 import redis
 
+from bot import commands
+from bot.commands import code_may_run
 from bot.github_client import (Annotation, GitHubClient, GitHubConfig, GitHubError,
                                redis_lock)
+from bot.publisher import Publisher
+from bot.queues import head_key
+from bot.repo_config import PATH, RepoConfig, RepoConfigCache, RepoConfigError
 from bot.store import Store
+from tasks.celery_app import get_app
 from tasks.pipeline import gitio
+from tasks.pipeline.report import headline, to_markdown
+from tasks.pipeline.run import NO_SANDBOX, TriageOptions, triage
+from tasks.pipeline.sandbox import Sandbox
 from tasks.policy import (add_config_check, choose_suites, choose_targets, config_change_check,
                           written_triage_keys)
 from tasks.summary import (SECTION_TITLES, CiFailure, PublishPayload, ci_counts, compose_comment,
                            labels_to_change, render_ci_section)
+from triage_rules import classify_text
 
 log = logging.getLogger(__name__)
 FAILED = {"failure", "timed_out", "cancelled", "startup_failure"}
@@ -59,7 +69,6 @@ class WorkerContext:
 
     def repo_config(self, gh: GitHubClient, repo: str):
         """.github/etriage.yml of the default branch (never the PR's own), cached for minutes."""
-        from bot.repo_config import PATH, RepoConfigCache
 
         if self._configs is None:
             self._configs = RepoConfigCache()
@@ -76,7 +85,6 @@ class WorkerContext:
         """What the default branch's `triage:` section itself says: {"suites": ..., "targets":
         ...} for the keys it writes. The defaults bot.repo_config fills in for the others are
         not a choice of the repository's and restrict nothing; no file or a broken one: {}."""
-        from bot.repo_config import RepoConfigError
 
         try:
             config = self.repo_config(gh, repo)
@@ -90,7 +98,6 @@ class WorkerContext:
 
     def repo_config_or_defaults(self, gh: GitHubClient, repo: str):
         """The config in force; a broken file means the defaults (devices off), logged."""
-        from bot.repo_config import RepoConfig, RepoConfigError
 
         try:
             return self.repo_config(gh, repo)
@@ -107,10 +114,6 @@ class WorkerContext:
         latest = self.latest_head(repo, pr)
         if latest == "closed" or (latest and latest != head_sha):
             raise Superseded(f"{repo}#{pr} moved from {head_sha[:12]} to {latest[:12]}")
-
-
-def head_key(repo: str, pr: int) -> str:
-    return f"etriage:head:{repo}#{pr}"
 
 
 # ---- publishing ---------------------------------------------------------------------------
@@ -278,7 +281,6 @@ def triage_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
 def may_run(ctx: WorkerContext, gh: GitHubClient, repo: str, pr: int, pull: dict) -> bool:
     """Prow's rule: a PR's code runs only for an author with write access or listed in the
     default branch's `triage.trusted`, or after a maintainer's ok-to-test for this very head."""
-    from bot.commands import code_may_run
 
     config = ctx.repo_config_or_defaults(gh, repo)
     trusted = config.triage.trusted if config.triage else ()
@@ -329,8 +331,6 @@ def run_pipeline(ctx: WorkerContext, checkout: Path, base: str, head: str, *, su
     """tasks.pipeline.run.triage on the worker's clone, every command of the change in the
     sandbox (never without: no sandbox here means nothing runs, and the report says so). The
     GitHub token is in no environment the pipeline sees: only the tool variables it needs."""
-    from tasks.pipeline.run import TriageOptions, triage
-    from tasks.pipeline.sandbox import Sandbox
 
     options = TriageOptions(repo=checkout, base=base, head=head,
                             data_dir=Path(ctx.settings.data_dir), targets=targets,
@@ -349,9 +349,7 @@ def result_rows(report) -> list[dict]:
 
 
 def report_payload(head_sha: str, report, notes=()) -> PublishPayload:
-    from tasks.pipeline.report import headline, to_markdown
 
-    from tasks.pipeline.run import NO_SANDBOX
 
     new = [v for v in report.results if v.verdict == "new"]
     environment = [v for v in report.results if v.verdict == "environment"]
@@ -408,11 +406,9 @@ def fail_run(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
 def handle_comment(ctx: WorkerContext, repo: str, pr: int, comment_id: int,
                    installation_id: int | None, **comment) -> list:
     """Run the comment's /etriage commands (bot.commands) with this worker's clients."""
-    from bot import commands
-    from tasks import dispatch
 
     gh = ctx.github(installation_id)
-    context = commands.CommandContext(github=gh, store=ctx.store, enqueue=dispatch,
+    context = commands.CommandContext(github=gh, store=ctx.store, enqueue=Publisher(get_app(), ctx.settings.redis_url),
                                       repo_config=ctx.repo_config(gh, repo),
                                       bot_login=ctx.settings.bot_login,
                                       installation_id=installation_id)
@@ -423,7 +419,6 @@ def handle_comment(ctx: WorkerContext, repo: str, pr: int, comment_id: int,
 def triage_ci(ctx: WorkerContext, repo: str, head_sha: str, installation_id: int | None, *,
               run_id: int | None = None, job_id: int | None = None,
               check_suite_id: int | None = None) -> str:
-    from triage_rules import classify_text
 
     gh = ctx.github(installation_id)
     if job_id:

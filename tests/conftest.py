@@ -39,7 +39,7 @@ def redis_url():
     if url:
         yield url
         return
-    from bot.embedded_redis import EmbeddedRedis
+    from etriage.embedded_redis import EmbeddedRedis
 
     with EmbeddedRedis() as url:
         yield url

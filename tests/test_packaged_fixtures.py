@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGED = Path(__file__).resolve().parent.parent / "bot" / "fixtures"
+PACKAGED = Path(__file__).resolve().parent.parent / "etriage" / "dev" / "fixtures"
 COPIES = sorted(p for p in PACKAGED.rglob("*") if p.is_file() and p.relative_to(PACKAGED).parts[0] != "README.md")
 
 

@@ -5,6 +5,12 @@ import os
 import sys
 from pathlib import Path
 
+from tasks.pipeline.gitio import GitError
+from tasks.pipeline.report import to_json, to_markdown
+from tasks.pipeline.run import TriageOptions, triage
+from tasks.pipeline.sandbox import Sandbox
+from tasks.pipeline.tables import TableError
+
 QUIET_ENV = ("QNN_SDK_ROOT", "ANDROID_NDK_ROOT")
 
 
@@ -36,12 +42,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from tasks.pipeline.gitio import GitError
-    from tasks.pipeline.report import to_json, to_markdown
-    from tasks.pipeline.run import TriageOptions, triage
-    from tasks.pipeline.sandbox import Sandbox
-    from tasks.pipeline.tables import TableError
-
     def progress(message: str) -> None:
         if not args.quiet:
             print(f"etriage triage: {message}", file=sys.stderr, flush=True)

@@ -25,6 +25,8 @@ from tasks.pipeline.suites import SuiteRun, reproduce_command
 from tasks.pipeline.tables import Tables, load_tables
 from tasks.pipeline.targets import make_target, not_run
 from tasks.records import VERDICTS, BuildResult, Report, SelectedTest, SuiteResult, Verdict
+from triage_rules import classify_text
+from triage_rules.records import Failure
 
 
 @dataclass
@@ -56,9 +58,7 @@ def _quiet(message: str) -> None:
     """The default progress callback: say nothing."""
 
 
-def triage(options: TriageOptions, *, classify=None, progress=_quiet) -> Report:
-    if classify is None:
-        from triage_rules import classify_text as classify
+def triage(options: TriageOptions, *, classify=classify_text, progress=_quiet) -> Report:
     start = time.monotonic()
     tables = _with_budget(load_tables(options.tables_dir), options)
     repo = Path(options.repo).resolve()
@@ -292,9 +292,7 @@ def _no_sandbox(plan, tables, problem: str, start) -> Report:
     return _report(plan, build, [], results, start, base_cached=False)
 
 
-def _failure_from_dict(data: dict):
-    from triage_rules.records import Failure
-
+def _failure_from_dict(data: dict) -> Failure:
     return Failure.from_dict(data)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from tasks.pipeline.sandbox import Sandbox, run_logged
 from tasks.pipeline.tables import Suite
 from tasks.records import BuildResult, SuiteResult, TestResult
+from triage_rules.junit import read_junit
 
 TEXT_LIMIT = 12000
 PLUGIN_DIR = Path(__file__).resolve().parent / "pytest_plugin"  # etriage_pytest.py
@@ -132,8 +133,6 @@ def captured_output(junit: Path) -> dict[tuple[str, str], str]:
 
 
 def read_results(junit: Path, run: SuiteRun) -> list[TestResult]:
-    from triage_rules.junit import read_junit
-
     results = []
     captured = captured_output(junit)
     for case in read_junit(junit):

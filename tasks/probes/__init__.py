@@ -19,12 +19,12 @@ __all__ = ["ProbeResult", "SUITES", "SUITE_CATEGORY", "run_probes", "probe_names
 
 
 def run_probes(suite: str = "all", names: list[str] | None = None) -> list[ProbeResult]:
-    from tasks.probes.runner import run_probes as _impl
+    from tasks.probes.runner import run_probes as _impl  # deferred: the runner imports torch and executorch
 
     return _impl(suite, names)
 
 
 def probe_names(suite: str = "all") -> list[tuple[str, str]]:
-    from tasks.probes.runner import registry
+    from tasks.probes.runner import registry  # deferred: the runner imports torch and executorch
 
     return [(p.suite, p.name) for p in registry(suite)]

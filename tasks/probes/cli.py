@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import sys
 
+from tasks.probes import run_probes
+from tasks.probes.junit import write_junit
 from tasks.probes.records import SUITES
 
 
@@ -26,9 +28,6 @@ def render_text(results) -> str:
 
 
 def run(args) -> int:
-    from tasks.probes import run_probes
-    from tasks.probes.junit import write_junit
-
     try:
         results = run_probes(args.suite, args.probe)
     except ValueError as exc:  # unknown probe name: a user error, one line

@@ -13,7 +13,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "executorch"
 
 def etriage(*args: str, stdin: bytes | None = None, python_flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, *python_flags, "-m", "bot.cli", "classify", *args],
+        [sys.executable, *python_flags, "-m", "etriage.cli", "classify", *args],
         input=stdin, capture_output=True, timeout=120, check=False,
     )
 

@@ -15,7 +15,7 @@ FOCUS_FLOOR = 0.25
 
 
 def eval_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bot.cli", "eval", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "etriage.cli", "eval", *args], capture_output=True, text=True,
                           timeout=600, check=False)
 
 

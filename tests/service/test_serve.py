@@ -12,7 +12,7 @@ import pytest
 
 from tests.service.conftest import REPO_ROOT
 
-ETRIAGE = [sys.executable, "-m", "bot.cli"]
+ETRIAGE = [sys.executable, "-m", "etriage.cli"]
 pytestmark = pytest.mark.service
 
 
@@ -89,7 +89,7 @@ def test_replay_signs_the_payload_and_reports_bad_input(tmp_path, shared_dir):
 
 
 def test_replay_against_a_running_app(web, shared_dir):
-    from bot.replay import sign
+    from etriage.replay import sign
 
     assert sign(b"{}", "s") == "sha256=" + __import__("hmac").new(
         b"s", b"{}", "sha256").hexdigest()

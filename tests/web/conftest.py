@@ -17,7 +17,7 @@ REPO = "Codertocat/Hello-World"
 
 
 class RecordingDispatcher:
-    """Receives the webhook's enqueue calls; the signatures are the contract's (tasks.dispatch),
+    """Receives the webhook's enqueue calls; the signatures are the contract's (bot.publisher.Publisher),
     so a call that does not fit the contract fails here. Not a test of the service."""
 
     class DispatchError(RuntimeError):
@@ -109,7 +109,7 @@ def deliver(app, webhook_fixtures) -> Deliverer:
 
 @pytest.fixture
 def github_double():
-    from bot.github_double import GitHubDouble
+    from etriage.dev.github_double import GitHubDouble
 
     with GitHubDouble() as double:
         yield double

@@ -16,9 +16,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("triage_rules.evaluate", "measure the engine's categories on a labelled corpus"),
     "triage": ("tasks.pipeline.cli", "triage a change (base..head) of an ExecuTorch checkout"),
     "probe": ("tasks.probes.cli", "run the multi-method / mutable-buffer probes here"),
-    "serve": ("bot.serve", "run web + worker locally (embedded Redis and SQLite by default)"),
-    "replay": ("bot.replay", "sign and send a webhook payload to a running etriage"),
-    "demo": ("bot.demo", "serve, replay a pull_request, print the resulting PR comment"),
+    "serve": ("etriage.serve", "run web + worker locally (embedded Redis and SQLite by default)"),
+    "replay": ("etriage.replay", "sign and send a webhook payload to a running etriage"),
+    "demo": ("etriage.demo", "serve, replay a pull_request, print the resulting PR comment"),
 }
 
 

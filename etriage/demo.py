@@ -18,7 +18,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from bot.github_double import default_fixtures_dir
+import tasks.probes
+from bot.store import Store
+from etriage.dev.github_double import default_fixtures_dir
+from etriage.replay import send
+from etriage.serve import Service
+from tasks.sample_repo import SampleRepoError, build_sample_repo
 from triage_rules.model import cache_dir as model_cache_dir
 
 REPO, PR = "Codertocat/Hello-World", 2
@@ -33,13 +38,11 @@ def add_arguments(parser) -> None:
 
 
 def fixtures_root() -> Path:
-    return default_fixtures_dir().parent.parent  # bot/fixtures: copies of shared/fixtures
+    return default_fixtures_dir().parent.parent  # etriage/dev/fixtures: copies of shared/fixtures
 
 
 def regression_patch(name: str = REGRESSION) -> Path:
     """A real regression patch shipped with the package (tasks/probes/regressions/)."""
-    import tasks.probes
-
     return Path(tasks.probes.__file__).resolve().parent / "regressions" / name
 
 
@@ -94,9 +97,6 @@ def run(args) -> int:
 
 
 def _demo(args, root: Path, log_file: Path, started: float) -> int:
-    from bot.replay import send
-    from bot.serve import Service
-    from tasks.sample_repo import SampleRepoError, build_sample_repo
 
     say("building a throwaway ExecuTorch repository from the installed package ...")
     try:
@@ -159,7 +159,6 @@ def follow_check_run(double, head: str, timeout: float) -> dict:
 
 def wait_published(service, timeout: float) -> None:
     """Until the worker has written all it had to (comment, check run, labels)."""
-    from bot.store import Store
 
     store = Store.from_settings(service.settings)
     try:
@@ -170,8 +169,6 @@ def wait_published(service, timeout: float) -> None:
 
 def ci_demo(service, base: str, head: str, timeout: float) -> None:
     """Failed CI of the base, then the same failure on the PR head: pre-existing, not blamed."""
-    from bot.replay import send
-    from bot.store import Store
 
     double, secret, url = service.double, service.settings.webhook_secrets[0], service.url + "/webhook"
     jobs = lambda job_id: [{"id": job_id, "name": "unittest / linux", "conclusion": "failure",

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import requests
 
+from etriage.serve import SECRET_FILE, URL_FILE
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("payload", type=Path, help="webhook body (JSON), sent byte for byte")
@@ -38,8 +40,6 @@ def send(url: str, secret: str, event: str, body: bytes, delivery: str | None = 
 
 
 def run(args) -> int:
-    from bot.serve import SECRET_FILE, URL_FILE
-
     data_dir = Path(args.data_dir or os.environ.get("ETRIAGE_DATA_DIR")
                     or Path.home() / ".etriage").expanduser()
     try:

@@ -11,6 +11,7 @@ the settings object (it is a forked child), so no subprocess of the pipeline can
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
 import os
@@ -20,6 +21,15 @@ import sys
 import threading
 from contextlib import ExitStack
 from pathlib import Path
+
+from werkzeug.serving import make_server
+
+from bot.app import create_app
+from bot.github_client import install_redaction
+from bot.settings import Settings, SettingsError
+from etriage.dev.github_double import GitHubDouble
+from etriage.embedded_redis import EmbeddedRedis
+from tasks.celery_app import WorkerOptions, configure
 
 SECRET_FILE = "webhook-secret"
 URL_FILE = "serve-url"
@@ -39,8 +49,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from bot.github_client import install_redaction
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     install_redaction()
     stop = threading.Event()
@@ -75,9 +83,6 @@ class Service:
         self.stack.close()
 
     def _start(self) -> None:
-        from bot.embedded_redis import EmbeddedRedis
-        from bot.settings import Settings, SettingsError
-        from tasks.celery_app import WorkerOptions, configure
 
         env = dict(os.environ if self.environ is None else self.environ)
         for name in SECRET_VARIABLES:  # read once below; never inherited by children
@@ -95,7 +100,6 @@ class Service:
         secret_path.touch(mode=0o600)
         secret_path.write_text(env["ETRIAGE_WEBHOOK_SECRET"].split(",")[0])
         if self.args.github_double:
-            from bot.github_double import GitHubDouble
 
             self.double = GitHubDouble(bot_login=env.get("ETRIAGE_BOT_LOGIN") or "etriage[bot]")
             self.double.start()
@@ -112,7 +116,7 @@ class Service:
         except (SettingsError, ValueError) as error:
             raise SystemExit(f"etriage serve: configuration error: {error}") from None
         self.settings, self.options = settings, options
-        configure(settings, options)  # tasks.dispatch in the web threads uses these settings
+        configure(settings, options)  # this process's worker app: from these settings, not the environment
         self.log_file = getattr(self.args, "log_file", None)
         if self.log_file:
             self.stack.callback(_log_to_file(self.log_file))
@@ -147,10 +151,6 @@ class Service:
 
 
 def start_web(settings, host: str, port: int):
-    from werkzeug.serving import make_server
-
-    from bot.app import create_app
-
     server = make_server(host, port, create_app(settings), threaded=True)
     threading.Thread(target=server.serve_forever, name="etriage-web", daemon=True).start()
     return server
@@ -180,8 +180,6 @@ def _worker_main(settings, options, queues: str, concurrency: int,
     """The worker process: its own session (so stop_worker can signal the whole group), tied
     to its parent's life, configured with the settings object rather than the environment.
     With `log_file`, its stdout and stderr (Celery's banner and logs, warnings) go there."""
-    import ctypes
-
     os.setsid()
     if log_file:
         fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -190,8 +188,6 @@ def _worker_main(settings, options, queues: str, concurrency: int,
         os.close(fd)
     if sys.platform.startswith("linux"):
         ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    from tasks.celery_app import configure
-
     app = configure(settings, options)
     app.Worker(queues=queues.split(","), concurrency=concurrency, loglevel="INFO",
                hostname=f"etriage-serve-{os.getpid()}@%h", without_mingle=True,
