@@ -33,7 +33,7 @@ from etriage.embedded_redis import EmbeddedRedis  # noqa: E402
 from bot.settings import Settings  # noqa: E402
 from tasks import celery_app  # noqa: E402
 
-PAYLOAD = ROOT / "bot" / "fixtures" / "github" / "webhooks" / "pull_request" / "opened.json"
+PAYLOAD = ROOT / "etriage" / "dev" / "fixtures" / "github" / "webhooks" / "pull_request" / "opened.json"
 SECRET = "bench-secret"
 
 

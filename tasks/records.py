@@ -153,11 +153,13 @@ class Verdict(_Record):
     decided_by: str = ""  # the engine's: a rule id, "model" or "test-area"
     confidence: float = 0.0
     looks_like: list[dict] = field(default_factory=list)  # nearest labelled public failures
-
+    ignored_reason: str = ""  # `/etriage ignore ... --reason`: a new failure a maintainer set aside
 
 
 @dataclass
 class Report(_Record):
+    _nested = {"plan": Plan, "build": BuildResult, "results": Verdict, "suites": SuiteResult,
+               "base_runs": BaseRun}
     base: str
     head: str
     merge_base: str

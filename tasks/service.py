@@ -7,9 +7,10 @@ writing to GitHub, and every write is keyed, so a redelivered or superseded task
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
@@ -30,13 +31,14 @@ from tasks.pipeline.run import NO_SANDBOX, TriageOptions, triage
 from tasks.pipeline.sandbox import Sandbox
 from tasks.policy import (add_config_check, choose_suites, choose_targets, config_change_check,
                           written_triage_keys)
+from tasks.records import VERDICTS, Report, Verdict
 from tasks.summary import (SECTION_TITLES, CiFailure, PublishPayload, ci_counts, compose_comment,
                            labels_to_change, render_ci_section)
-from triage_rules import classify_text
+from triage_rules import Failure, classify_text
 
 log = logging.getLogger(__name__)
 FAILED = {"failure", "timed_out", "cancelled", "startup_failure"}
-COUNTED = ("new", "pre_existing", "flaky", "environment", "fixed")  # verdicts in the headline
+COUNTED = ("new", "pre_existing", "flaky", "environment", "ignored", "fixed")  # verdicts in the headline
 
 
 class Superseded(Exception):
@@ -138,7 +140,7 @@ def _publish(ctx: WorkerContext, repo: str, pr: int, installation_id: int | None
     run_id = ctx.store.start_run(repo, pr, payload.head_sha, payload.kind)
     ctx.store.update_run(run_id, summary=payload.section,
                          report={"blame_categories": payload.blame_categories,
-                                 "counts": payload.counts})
+                                 "counts": payload.counts, "full": payload.report, "notes": payload.notes})
 
     def body() -> str:  # composed under the PR lock: the other kind's latest section is in
         runs = [r for r in ctx.store.runs_for(repo, pr) if r["head_sha"] == payload.head_sha]
@@ -272,7 +274,8 @@ def triage_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
                               select_all=reason == "run:all")
         ctx.checkpoint(repo, pr, head_sha)
         ctx.store.record_results(repo, head_sha, result_rows(report))
-        payload = report_payload(head_sha, report, notes)
+        record_verdicts(ctx, repo, head_sha, report)
+        payload = report_payload(head_sha, report, notes, ctx.store.ignored_failures(repo, pr))
     add_config_check(payload, config_change_check(gh, repo, pr, head_sha))
     publish(ctx, repo, pr, installation_id, payload)
     return payload.check_conclusion or "published"
@@ -348,9 +351,37 @@ def result_rows(report) -> list[dict]:
             for suite in report.suites for t in suite.tests]
 
 
-def report_payload(head_sha: str, report, notes=()) -> PublishPayload:
+def record_verdicts(ctx: WorkerContext, repo: str, head_sha: str, report: Report) -> None:
+    """The bot's own failures at this head, beside the CI logs' ones: `/etriage explain` and
+    `/etriage ignore` find them by number, test id or fingerprint."""
+    failing = [v for v in report.results if v.verdict != "fixed"]
+    for source in sorted({f"etriage:{v.suite}@{v.target}" for v in failing}):
+        mine = [v for v in failing if f"etriage:{v.suite}@{v.target}" == source]
+        failures = [Failure(line=v.primary_line, line_no=0, test=v.test, fingerprint=_fingerprint(v),
+                            category=v.category, rule=v.rule, title=v.title, explanation=v.explanation,
+                            suggestion=v.suggestion, environment=v.verdict == "environment") for v in mine]
+        ctx.store.record_failures(repo, head_sha, source, failures, {_fingerprint(v): v.verdict for v in mine})
 
 
+def _fingerprint(verdict: Verdict) -> str:
+    return verdict.fingerprint or hashlib.sha1(verdict.test.encode()).hexdigest()[:16]
+
+
+def apply_ignores(report: Report, ignored: dict[str, str]) -> Report:
+    """A new failure a maintainer ignored (by fingerprint or test id) is shown with the reason
+    and counts nowhere: not in the headline, the check's conclusion, the annotations or labels."""
+    for verdict in report.results:
+        reason = ignored.get(_fingerprint(verdict)) or ignored.get(verdict.test)
+        if verdict.verdict == "new" and reason:
+            verdict.verdict, verdict.ignored_reason = "ignored", reason
+    report.summary = {v: sum(r.verdict == v for r in report.results) for v in (*VERDICTS, "ignored")} | {
+        "not_run": report.summary.get("not_run", 0)}
+    return report
+
+
+def report_payload(head_sha: str, report: Report, notes=(), ignored: dict[str, str] | None = None) -> PublishPayload:
+    whole = asdict(report)  # with every test (Report.to_dict counts them): rendered again after an ignore
+    report = apply_ignores(report, ignored or {})
     new = [v for v in report.results if v.verdict == "new"]
     environment = [v for v in report.results if v.verdict == "environment"]
     conclusion = "failure" if new else ("neutral" if environment else "success")
@@ -373,7 +404,23 @@ def report_payload(head_sha: str, report, notes=()) -> PublishPayload:
                           blame_categories=sorted({v.category for v in new}),
                           counts={k: n for k in COUNTED if (n := report.summary.get(k, 0))},
                           check_conclusion=conclusion, check_title=title,
-                          check_summary=summary, annotations=annotations)
+                          check_summary=summary, annotations=annotations, report=whole, notes=list(notes))
+
+
+def republish_pr(ctx: WorkerContext, repo: str, pr: int, installation_id: int | None) -> bool:
+    """After `/etriage ignore`: the latest head's report rendered again with the ignores (no
+    test runs again). False when that head has no report to render."""
+    gh = ctx.github(installation_id)
+    head_sha = gh.pull(repo, pr)["head_sha"]
+    run = _run_of(ctx, repo, pr, head_sha)
+    whole = ((run or {}).get("report") or {}).get("full")
+    if not whole:
+        return False
+    payload = report_payload(head_sha, Report.from_dict(whole), run["report"].get("notes", ()),
+                             ctx.store.ignored_failures(repo, pr))
+    add_config_check(payload, config_change_check(gh, repo, pr, head_sha))
+    publish(ctx, repo, pr, installation_id, payload)
+    return True
 
 
 def _run_of(ctx: WorkerContext, repo: str, pr: int, head_sha: str) -> dict | None:
@@ -412,7 +459,10 @@ def handle_comment(ctx: WorkerContext, repo: str, pr: int, comment_id: int,
                                       repo_config=ctx.repo_config(gh, repo),
                                       bot_login=ctx.settings.bot_login,
                                       installation_id=installation_id)
-    return commands.handle_comment(context, repo=repo, pr=pr, comment_id=comment_id, **comment)
+    outcomes = commands.handle_comment(context, repo=repo, pr=pr, comment_id=comment_id, **comment)
+    if any(o.verb == "ignore" and o.status == "accepted" for o in outcomes):
+        republish_pr(ctx, repo, pr, installation_id)
+    return outcomes
 
 
 # ---- CI logs ------------------------------------------------------------------------------

@@ -46,6 +46,8 @@ class PublishPayload:
     check_summary: str = ""
     check_text: str = ""
     annotations: list[dict] = field(default_factory=list)  # Annotation fields
+    report: dict | None = None  # pr: the whole pipeline Report, to render again after `/etriage ignore`
+    notes: list[str] = field(default_factory=list)  # pr: the run's notes, for the same
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -127,6 +127,10 @@ def to_markdown(report: Report, *, section_title: str | None = None) -> str:
         lines += [f"{h} Environment failures (not the change's fault)", ""]
         lines += [f"- `{v.test}` ({v.target}): {v.primary_line.strip()[:200]} (`{v.category}`)"
                   for v in by_verdict["environment"]] + [""]
+    if by_verdict["ignored"]:
+        lines += [f"{h} Ignored by a maintainer (not counted)", ""]
+        lines += [f"- `{v.test}` ({v.target}): {v.primary_line.strip()[:160]} — *{v.ignored_reason}*"
+                  for v in by_verdict["ignored"]] + [""]
     for verdict, title in (("pre_existing", "Pre-existing failures (also fail at the merge base)"),
                            ("flaky", "Flaky (failed, then passed on retry)"), ("fixed", "Fixed by this change")):
         if by_verdict[verdict]:

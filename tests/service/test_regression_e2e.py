@@ -77,6 +77,25 @@ def test_regression_is_reported_then_cleared_by_the_revert(web, workers, payload
     assert all(a["annotation_level"] == "failure" for a in run["annotations"])
     assert double.labels_on(REPO, PR) == ["triage: multi-method"]
 
+    # A maintainer sets the bot's own new failures aside: the comment is rendered again from
+    # the stored report (nothing runs again), they count nowhere, and the reason is shown.
+    new = [f for f in store.failures_for(REPO, web.head) if f["verdict"] == "new"]
+    assert new and all(f["source"].startswith("etriage:probes@") for f in new)
+    double.set_permission(REPO, "maintainer", "write")
+    text = "\n".join(f'/etriage ignore {f["fingerprint"][:10]} --reason "known upstream, tracked in #1"'
+                     for f in new)
+    comment_id = double.add_user_comment(REPO, PR, "maintainer", text)
+    assert web.post("issue_comment", payloads.issue_comment(comment_id, "maintainer", text)).status_code == 202
+    double.wait_for(lambda: not double.labels_on(REPO, PR), 60, "the label to go with the ignores")
+    double.wait_for(lambda: not store.pending_reports(), 30, "the publish")
+    [ignored] = bot_comments(double)
+    assert ignored["id"] == comment["id"]
+    assert "No new failures caused by this change" in ignored["body"].splitlines()[1]
+    assert "Ignored by a maintainer (not counted)" in ignored["body"]
+    assert ignored["body"].count("known upstream, tracked in #1") == len(new)
+    [again] = completed(double, web.head)  # the same check run, concluded again
+    assert again["conclusion"] == "success" and again["output"]["title"].startswith("0 new failure(s)")
+
     fixed = revert_commit(repo, web.head)
     double.push(REPO, PR, fixed)
     answer = web.post("pull_request", payloads.pull_request("synchronize", fixed, web.base))
