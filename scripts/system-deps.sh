@@ -16,6 +16,7 @@ command -v git >/dev/null 2>&1 || want+=(git)
 command -v patch >/dev/null 2>&1 || want+=(patch)
 command -v cmake >/dev/null 2>&1 || want+=(cmake)
 command -v g++ >/dev/null 2>&1 || want+=(g++)
+command -v wrk >/dev/null 2>&1 || want+=(wrk)  # bench/webhook_load.py's load generator
 [ ${#want[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "system-deps: installing ${want[*]}"
