@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from kombu import Exchange, Queue
 
+from triage_rules import catalogue
+
 # Tasks, by the name Celery knows them. The publisher's methods carry the same short names.
 TRIAGE_PR = "etriage.triage_pr"
 RUN_SUITES = "etriage.run_suites"
@@ -22,7 +24,12 @@ EXPIRE_RUNS = "etriage.expire_runs"
 # Queues are per resource: `triage` (planning, CI-log classification, reporting, commands),
 # `build` (rebuild + host suites), `emulator` (qnn-sim), `device` (phones).
 QUEUES = ("triage", "build", "emulator", "device")
-TARGET_QUEUES = {"host": "build", "qnn-sim": "emulator", "android": "device", "ssh": "device"}
+
+
+def target_queue(target: str | None) -> str:
+    """The queue whose workers run a target (the catalogue's `queue`); `build` for the host."""
+    entry = catalogue.targets().get(target or "host")
+    return entry.queue if entry else "build"
 
 
 def messaging_conf() -> dict:

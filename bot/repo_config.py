@@ -36,20 +36,19 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Mapping
 
 import yaml
 
+from triage_rules import catalogue
 from triage_rules.records import CATEGORIES
 
 PATH = ".github/etriage.yml"
 NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?$")  # a GitHub user or app login
 TARGET_KINDS = ("emulator", "device")
-BACKENDS = tuple(yaml.safe_load((Path(__file__).resolve().parents[1] / "triage_rules" / "tables" / "areas.yaml")
-                                 .read_text())["backends"])  # what `triage.paths` may name
+BACKENDS = catalogue.backends()  # what `triage.paths` may name
 BUDGET_RANGE = (10, 1800)  # seconds: a selected-tests budget must fit one suite run's timeout
 
 
@@ -95,35 +94,10 @@ class DevicesConfig:
     targets: tuple[str, ...] = ()  # empty: every device-kind target
 
 
-DEFAULT_SUITES = {
-    "multi_method": Suite("multi_method", "several methods lowered into one program"),
-    "mutable_buffer": Suite("mutable_buffer", "mutable buffers (KV cache) through export and quantization"),
-    "probes": Suite("probes", "the multi-method and mutable-buffer probes"),
-    "qnn": Suite("qnn", "the QNN backend's own tests"),
-    "selected": Suite("selected", "ExecuTorch tests picked for the change, relevance before cost, within the "
-                                  "budget (`--all`: every relevant one that can run here)"),
-}
-DEFAULT_TARGETS = {
-    "host": Target("host", "emulator"),
-    "qnn-sim": Target("qnn-sim", "emulator"),
-    "android-sm8650": Target("android-sm8650", "device", "SM8650"),
-    "android-sm8750": Target("android-sm8750", "device", "SM8750"),
-}
-DEFAULT_LABELS = {
-    "multi_method_lowering": "triage: multi-method",
-    "mutable_buffer": "triage: mutable-buffer",
-    "qnn_sdk_or_toolchain": "triage: qnn-sdk",
-    "qnn_op_validation": "triage: qnn-op-validation",
-    "device_infra": "triage: device-infra",
-    "ci_infra": "triage: ci-infra",
-    "build_failure": "triage: build",
-    "lint": "triage: lint",
-    "export_failure": "triage: export",
-    "numerical_mismatch": "triage: numerics",
-    "runtime_error": "triage: runtime",
-    "import_or_env": "triage: environment",
-    "other": "triage: other",
-}
+# Defaults from the one catalogue (triage_rules/tables/): the names the planner and the queues use.
+DEFAULT_SUITES = {name: Suite(name, description) for name, description in catalogue.suites().items()}
+DEFAULT_TARGETS = {name: Target(name, t.kind, t.soc) for name, t in catalogue.targets().items()}
+DEFAULT_LABELS = catalogue.labels()
 
 
 @dataclass(frozen=True)

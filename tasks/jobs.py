@@ -62,7 +62,7 @@ def triage_pr(ctx, repo, pr, head_sha, base_ref, installation_id, *, reason, tar
     force = not reason.startswith("pull_request.")  # rerun, run, ok-to-test: run again
     service.queue_pull_request(ctx, repo, pr, head_sha, installation_id, reason=reason, fresh=force)
     # None (automatic) stays None: the run chooses its targets (devices need approval).
-    queue = queues.TARGET_QUEUES.get((list(targets or ctx.options.targets) or ["host"])[0], "build")
+    queue = queues.target_queue((list(targets or ctx.options.targets) or ["host"])[0])
     run_suites.apply_async(args=[repo, pr, head_sha, installation_id],
                            kwargs={"reason": reason, "targets": targets, "suites": suites,
                                    "force": force}, queue=queue)

@@ -24,8 +24,6 @@ from bot.github_client import GitHubClient
 from bot.repo_config import PATH, validate_repo_config
 from tasks.pipeline.tables import load_tables
 
-# bot.repo_config's built-in suite names that the pipeline's tables spell differently.
-PIPELINE_SUITES = {"qnn": "qnn_delegate"}
 
 
 def written_triage_keys(text: str | None) -> frozenset[str]:
@@ -67,7 +65,7 @@ def choose_suites(ctx, gh: GitHubClient, repo: str,
         chosen = list(ctx.options.suites)
         if not chosen:
             return None, []
-    chosen = list(dict.fromkeys(PIPELINE_SUITES.get(name, name) for name in chosen))
+    chosen = list(dict.fromkeys(chosen))
     known = load_tables().suites
     if [s for s in chosen if s not in known]:
         notes.append(f"Not run: suite(s) {_names(s for s in chosen if s not in known)}; this "

@@ -34,6 +34,7 @@ class Suite:
     name: str
     kind: str  # pytest | probes | qnn | selected
     backends: tuple[str, ...]
+    description: str = ""  # what `/etriage help` and the repo config say about it
     paths: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
     command: tuple[str, ...] = ()
@@ -83,6 +84,7 @@ class TargetSpec:
     suite_kinds: tuple[str, ...]
     description: str = ""
     requires_env: str = ""
+    queue: str = "build"  # the Celery queue whose workers run it (bot.queues.target_queue)
 
 
 @dataclass(frozen=True)
@@ -173,7 +175,7 @@ def load_tables(directory: Path | str | None = None) -> Tables:
         values["commands"] = tuple(tuple(str(a) for a in c) for c in values.get("commands") or ())
         recipes[name] = Recipe(name=name, **values)
 
-    raw = _read(targets_file, {"targets"})
+    raw = _read(targets_file, {"targets", "devices"})  # devices: the catalogue's (triage_rules/catalogue.py)
     targets = {}
     for name, entry in (raw.get("targets") or {}).items():
         _check_keys(targets_file, f"targets.{name}", entry, _fields_of(TargetSpec),

@@ -47,17 +47,17 @@ CASES = [
     ("docs", write("docs/source/intro.md", "# new\n"), [], [], ["multi_method"], [], True),
     ("readme", write("README.md", "hi\n"), [], [], ["multi_method"], [], True),
     ("exir", write("exir/backend/backend_api.py"), ["portable", "qualcomm", "xnnpack"],
-     ["multi_method", "probes", "qnn_delegate"], ["index_put"], ["overlay"], False),
+     ["multi_method", "probes", "qnn"], ["index_put"], ["overlay"], False),
     # index_put (~65 s) only for the mutable-buffer path: quantizers, passes, partitioners
     ("quantizer", write("backends/xnnpack/quantizer/xnnpack_quantizer.py"), ["xnnpack"],
-     ["index_put", "multi_method", "probes"], ["qnn_delegate"], ["overlay"], False),
+     ["index_put", "multi_method", "probes"], ["qnn"], ["overlay"], False),
     ("passes", write("exir/passes/insert_write_back_for_buffers_pass.py"), ["portable", "qualcomm", "xnnpack"],
      ["index_put", "mutable_buffer"], [], ["overlay"], False),
     ("qnn", write("backends/qualcomm/qnn_preprocess.py"), ["qualcomm"],
-     ["qnn_delegate", "multi_method"], ["index_put"], ["overlay"], False),
+     ["qnn", "multi_method"], ["index_put"], ["overlay"], False),
     ("xnnpack-rename", rename("backends/xnnpack/partition/xnnpack_partitioner.py",
                               "backends/xnnpack/partition/partitioner.py"),
-     ["xnnpack"], ["index_put"], ["qnn_delegate"], ["overlay"], False),
+     ["xnnpack"], ["index_put"], ["qnn"], ["overlay"], False),
     ("delete", delete("exir/backend/backend_api.py"), ["portable", "qualcomm", "xnnpack"],
      ["multi_method"], [], ["overlay"], False),
     ("cmake", write("CMakeLists.txt", "project(x)\n"), ["portable", "qualcomm", "xnnpack"],
@@ -123,7 +123,7 @@ def test_unknown_keys_in_tables_are_rejected_with_the_file_name(tmp_path):
 
 def test_default_tables_load():
     tables = load_tables()
-    assert {"multi_method", "mutable_buffer", "index_put", "probes", "qnn_delegate"} <= set(tables.suites)
+    assert {"multi_method", "mutable_buffer", "index_put", "probes", "qnn"} <= set(tables.suites)
     assert tables.targets["qnn-sim"].requires_env == "QNN_SDK_ROOT"
 
 

@@ -170,9 +170,9 @@ def test_qnn_suite_is_not_run_without_the_sdk(et_repo, data_dir):
         (repo / "backends/qualcomm/notes.py").write_text("X = 1\n")
 
     head = et_repo.branch("qnn", edit=touch_qnn)
-    data, _, _ = run_triage(et_repo, data_dir, head, ["qnn_delegate"], python=sys.executable)
+    data, _, _ = run_triage(et_repo, data_dir, head, ["qnn"], python=sys.executable)
     assert data["plan"]["backends"] == ["qualcomm"]
-    qnn = [s for s in data["suites"] if s["suite"] == "qnn_delegate"]
+    qnn = [s for s in data["suites"] if s["suite"] == "qnn"]
     assert qnn and qnn[0]["status"] == "not_run" and "QNN SDK unavailable" in qnn[0]["reason"]
     assert data["summary"]["new"] == 0 and data["summary"]["not_run"] == 1
 
