@@ -3,7 +3,8 @@
 Every write is keyed so a redelivered task repeats it harmlessly: results are unique per
 (repo, head_sha, suite, target, test), failures per (repo, sha, source, fingerprint), runs per
 (repo, pr, head_sha, kind), pending reports per (repo, pr, kind). `prefix` namespaces the table
-names (tests run against a shared PostgreSQL and drop their own tables afterwards).
+names (tests run against a shared PostgreSQL and drop their own tables afterwards). The schema
+is made and changed by Alembic migrations (bot/migrations), never by create_all.
 """
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from alembic import command
+from alembic.config import Config
 from sqlalchemy import (JSON, Boolean, Column, DateTime, Float, Integer, MetaData, String, Table,
-                        Text, UniqueConstraint, create_engine, event, select)
+                        Text, UniqueConstraint, create_engine, event, select, text)
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
@@ -82,6 +85,20 @@ def _tables(metadata: MetaData, p: str) -> dict[str, Table]:
     }
 
 
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+def migrate(engine: Engine, prefix: str = "", revision: str = "head") -> None:
+    """Run the schema migrations up to `revision` (Alembic, bot/migrations/versions/). The
+    version is kept in `<prefix>alembic_version`; `_tables` below must match the newest
+    migration (tests/service/test_store.py compares them)."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as connection:
+        config.attributes.update(connection=connection, prefix=prefix)
+        command.upgrade(config, revision)
+
+
 def default_database_url(data_dir) -> str:
     return f"sqlite:///{Path(data_dir).expanduser() / 'etriage.db'}"
 
@@ -104,16 +121,17 @@ def _engine(url: str) -> Engine:
 class Store:
     def __init__(self, url: str, *, prefix: str = ""):
         self.engine = _engine(url)
+        self.prefix = prefix
         self.metadata = MetaData()
         self.t = _tables(self.metadata, prefix)
         self._create_tables()
 
     def _create_tables(self, attempts: int = 3) -> None:
-        """create_all checks, then creates: web and worker processes starting together can race
-        between the two, so "already exists" means another process won and we check again."""
+        """Bring the schema to the newest migration (bot/migrations). Web and worker processes
+        starting together can race: "already exists" means another process won, so look again."""
         for attempt in range(attempts):
             try:
-                self.metadata.create_all(self.engine)
+                migrate(self.engine, self.prefix)
                 return
             except (OperationalError, ProgrammingError, IntegrityError) as error:
                 if "already exists" not in str(error) and "duplicate key" not in str(error) \
@@ -126,6 +144,8 @@ class Store:
 
     def drop_all(self) -> None:
         self.metadata.drop_all(self.engine)
+        with self.engine.begin() as conn:
+            conn.execute(text(f'DROP TABLE IF EXISTS "{self.prefix}alembic_version"'))
         self.engine.dispose()
 
     def close(self) -> None:

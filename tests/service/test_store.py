@@ -90,3 +90,45 @@ def test_command_state(store):
     store.record_installation(5, "octo", "created")
     store.record_installation(5, "octo", "suspend")
     assert store.installation(5)["action"] == "suspend"
+
+
+def test_migrations_from_an_empty_database_give_exactly_the_stores_tables(store):
+    """The newest migration and the tables the code uses never drift apart: autogenerate finds
+    nothing to change, on SQLite and on PostgreSQL."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+    from sqlalchemy import inspect, text
+
+    with store.engine.connect() as conn:
+        version = conn.execute(text(f'SELECT version_num FROM "{store.prefix}alembic_version"')).scalar()
+        assert version == "0001"
+        context = MigrationContext.configure(conn)
+        diffs = [d for d in compare_metadata(context, store.metadata)  # the shared database's other
+                 if not (d[0] == "remove_table" and (not d[1].name.startswith(store.prefix)  # tests' tables,
+                                                     or d[1].name == f"{store.prefix}alembic_version"))]  # ours
+    assert diffs == []
+    names = set(inspect(store.engine).get_table_names())
+    assert {f"{store.prefix}{t}" for t in store.t} | {f"{store.prefix}alembic_version"} <= names
+
+
+def test_a_database_made_before_migrations_is_adopted_as_it_is(tmp_path):
+    """A file whose tables create_all made (no version table) upgrades without losing a row."""
+    from sqlalchemy import MetaData, create_engine
+
+    from bot.store import _tables
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = create_engine(url)
+    metadata = MetaData()
+    tables = _tables(metadata, "")
+    metadata.create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(tables["ignored_failures"].insert().values(repo="o/r", pr=1, key="abc", reason="kept"))
+    engine.dispose()
+    store = Store(url)
+    try:
+        assert store.ignored_failures("o/r", 1) == {"abc": "kept"}
+        store.ignore_failure("o/r", 1, "def", "new row", "m")
+        assert len(store.ignored_failures("o/r", 1)) == 2
+    finally:
+        store.close()
