@@ -4,8 +4,8 @@ Every public method is one idempotent operation wrapped in `_retrying`: GitHub 5
 connections are retried with exponential backoff (bounded), rate limits (403/429 with
 `X-RateLimit-Remaining: 0`, `X-RateLimit-Reset` or `Retry-After`) are waited out when the wait is
 short and otherwise raised as `GitHubUnavailable(retry_after=...)` so the Celery task retries
-later instead of blocking a worker. PyGithub's own urllib3 retry is disabled (it would sleep up
-to an hour on a rate limit inside the request) — this module is the only retry policy.
+later instead of blocking a worker. The policy is tenacity's `Retrying`; PyGithub's own urllib3
+retry is disabled (it would sleep up to an hour on a rate limit inside the request).
 
 The summary comment is found by a hidden marker *and* the bot's login, edited only when the body
 changed, under a per-PR lock so two tasks never both create it. Tokens never reach logs:
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import requests
+import tenacity
 from redis.exceptions import LockError
 from github import Auth, Github, GithubException
 
@@ -184,33 +185,51 @@ class GitHubClient:
 
     # -- retry policy --
     def _retrying(self, what: str, operation: Callable):
-        delay = self.config.backoff_seconds
-        for attempt in range(1, self.config.attempts + 1):
-            try:
-                self._wait_if_exhausted()
-                return self._authorized(what, operation)
-            except GithubException as exc:
-                wait = _rate_limit_wait(exc)
-                if wait is not None:
-                    if wait > self.config.max_inline_wait or attempt == self.config.attempts:
-                        raise GitHubUnavailable(f"{what}: rate limited for {wait:.0f}s", wait,
-                                                exc.status) from None
-                    log.warning("%s: rate limited, waiting %.1fs", what, wait)
-                    self._sleep(wait)
-                    continue
-                if exc.status is not None and exc.status < 500:
-                    raise GitHubError(f"{what}: GitHub answered {exc.status} "
-                                      f"{_message(exc)}", exc.status) from None
-                failure, status = f"GitHub answered {exc.status}", exc.status
-            except (requests.ConnectionError, requests.Timeout) as exc:
-                failure, status = f"network error {type(exc).__name__}", None
-            if attempt == self.config.attempts:
-                raise GitHubUnavailable(f"{what}: {failure} after {attempt} attempts",
-                                        delay, status)
-            log.warning("%s: %s, retrying in %.1fs (attempt %d/%d)", what, failure, delay,
-                        attempt, self.config.attempts)
-            self._sleep(delay)
-            delay *= 2
+        """operation() under the one retry policy, in tenacity: 5xx and network errors back off
+        exponentially (backoff_seconds, doubled), a short rate limit is waited out, a long one
+        or the last attempt raises GitHubUnavailable (the Celery task retries later), other 4xx
+        raise GitHubError at once."""
+        backoff = tenacity.wait_exponential(multiplier=self.config.backoff_seconds, exp_base=2, min=0)
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            limited = _rate_limit_wait(state.outcome.exception())
+            return limited if limited is not None else backoff(state)
+
+        def transient(exc: BaseException) -> bool:
+            if isinstance(exc, (requests.ConnectionError, requests.Timeout)):
+                return True
+            if not isinstance(exc, GithubException):
+                return False
+            limited = _rate_limit_wait(exc)
+            if limited is not None:
+                return limited <= self.config.max_inline_wait
+            return exc.status is None or exc.status >= 500
+
+        def before_sleep(state: tenacity.RetryCallState) -> None:
+            exc = state.outcome.exception()
+            log.warning("%s: %s, retrying in %.1fs (attempt %d/%d)", what, _failure(exc),
+                        state.next_action.sleep, state.attempt_number, self.config.attempts)
+
+        retrying = tenacity.Retrying(stop=tenacity.stop_after_attempt(self.config.attempts), wait=wait,
+                                     retry=tenacity.retry_if_exception(transient), sleep=self._sleep,
+                                     before_sleep=before_sleep, reraise=True)
+        try:
+            return retrying(lambda: (self._wait_if_exhausted(), self._authorized(what, operation))[1])
+        except GithubException as exc:
+            limited = _rate_limit_wait(exc)
+            if limited is not None:
+                raise GitHubUnavailable(f"{what}: rate limited for {limited:.0f}s", limited, exc.status) from None
+            if exc.status is not None and exc.status < 500:
+                raise GitHubError(f"{what}: GitHub answered {exc.status} {_message(exc)}", exc.status) from None
+            raise GitHubUnavailable(f"{what}: {_failure(exc)} after {self.config.attempts} attempts",
+                                    self._last_backoff(), exc.status) from None
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            raise GitHubUnavailable(f"{what}: {_failure(exc)} after {self.config.attempts} attempts",
+                                    self._last_backoff(), None) from None
+
+    def _last_backoff(self) -> float:
+        """The delay the next attempt would have waited: the Celery task's hint."""
+        return self.config.backoff_seconds * 2 ** (self.config.attempts - 1)
 
     def _authorized(self, what: str, operation: Callable):
         """operation(); a 401 with an installation token drops the token, and the operation
@@ -456,8 +475,16 @@ def _message(exc: GithubException) -> str:
     return str(data.get("message", ""))[:200]
 
 
-def _rate_limit_wait(exc: GithubException) -> float | None:
+def _failure(exc: BaseException) -> str:
+    if isinstance(exc, GithubException):
+        return f"GitHub answered {exc.status}"
+    return f"network error {type(exc).__name__}"
+
+
+def _rate_limit_wait(exc: BaseException | None) -> float | None:
     """Seconds to wait when `exc` is a primary or secondary rate limit, else None."""
+    if not isinstance(exc, GithubException):
+        return None
     headers = {k.lower(): v for k, v in (exc.headers or {}).items()}
     if exc.status not in (403, 429):
         return None
