@@ -8,7 +8,10 @@ is made and changed by Alembic migrations (bot/migrations), never by create_all.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -88,15 +91,42 @@ def _tables(metadata: MetaData, p: str) -> dict[str, Table]:
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
+_MIGRATED: set[tuple[str, str]] = set()  # (database, prefix) this process brought to head
+_MIGRATING = threading.Lock()
+
+
 def migrate(engine: Engine, prefix: str = "", revision: str = "head") -> None:
     """Run the schema migrations up to `revision` (Alembic, bot/migrations/versions/). The
     version is kept in `<prefix>alembic_version`; `_tables` below must match the newest
-    migration (tests/service/test_store.py compares them)."""
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as connection:
-        config.attributes.update(connection=connection, prefix=prefix)
-        command.upgrade(config, revision)
+    migration (tests/service/test_store.py compares them). Processes starting together take
+    turns: an advisory lock on PostgreSQL, a lock file beside an SQLite database."""
+    key = (engine.url.render_as_string(hide_password=True), prefix)
+    with _MIGRATING:
+        if key in _MIGRATED and revision == "head":
+            return
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        with _between_processes(engine, prefix), engine.begin() as connection:
+            if engine.dialect.name == "postgresql":  # held until this transaction ends
+                connection.execute(text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
+                                   {"key": f"etriage-migrate:{prefix}"})
+            config.attributes.update(connection=connection, prefix=prefix)
+            command.upgrade(config, revision)
+        _MIGRATED.add(key)
+
+
+@contextlib.contextmanager
+def _between_processes(engine: Engine, prefix: str):
+    database = engine.url.database if engine.dialect.name == "sqlite" else None
+    if not database or database == ":memory:":
+        yield
+        return
+    with open(f"{database}.{prefix}migrate.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def default_database_url(data_dir) -> str:
@@ -146,6 +176,7 @@ class Store:
         self.metadata.drop_all(self.engine)
         with self.engine.begin() as conn:
             conn.execute(text(f'DROP TABLE IF EXISTS "{self.prefix}alembic_version"'))
+        _MIGRATED.discard((self.engine.url.render_as_string(hide_password=True), self.prefix))
         self.engine.dispose()
 
     def close(self) -> None:

@@ -132,3 +132,21 @@ def test_a_database_made_before_migrations_is_adopted_as_it_is(tmp_path):
         assert len(store.ignored_failures("o/r", 1)) == 2
     finally:
         store.close()
+
+
+def _open_store(url: str) -> str:
+    try:
+        Store(url).close()
+        return "ok"
+    except Exception as error:  # reported to the test, which names it
+        return f"{type(error).__name__}: {error}"
+
+
+def test_processes_starting_together_migrate_one_at_a_time(tmp_path):
+    """Web and worker processes open a fresh database at the same moment: every one succeeds."""
+    import multiprocessing
+
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        outcomes = pool.map(_open_store, [url] * 8)
+    assert outcomes == ["ok"] * 8
