@@ -63,9 +63,10 @@ def test_getitem_order_breaks_the_multi_method_probe(et_repo, data_dir, patches)
     assert new[0]["reproduce"].startswith("python -m tasks.probes --suite multi_method")
 
 
-def test_dropped_buffer_write_back_is_a_mutable_buffer_failure(et_repo, data_dir, patches):
+def test_dropped_buffer_write_back_is_a_mutable_buffer_failure(et_repo, tmp_path, patches):
     head = et_repo.branch("writeback", patches.probe("mutable_buffer_no_write_back"))
-    data, _, _ = run_triage(et_repo, data_dir, head, ["probes", "multi_method"])
+    # its own data dir: what ran at the merge base must not be answered by an earlier test's cache
+    data, _, _ = run_triage(et_repo, tmp_path / "data", head, ["probes", "multi_method"])
 
     new = new_results(data)
     assert new and any(r["category"] == "mutable_buffer" for r in new), data["results"]
