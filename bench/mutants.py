@@ -40,15 +40,26 @@ class Mutant:
         return f"{self.path}:{self.edits[0][0]}:{self.edits[0][1]}:{self.operator}"
 
     def apply(self, source: str) -> str:
+        """The module with this mutant's edits (UTF-8 byte columns, as `ast` gives them)."""
         lines = source.encode().splitlines(keepends=True)
         for first, first_col, last, end_col, text in sorted(self.edits, reverse=True):
             head, tail = lines[first - 1][:first_col], lines[last - 1][end_col:]
             lines[first - 1:last] = [head + text.encode() + tail]
         return b"".join(lines).decode()
 
+    def mutated(self, source: str) -> str | None:
+        """`apply`, or None when the result does not compile or changes nothing."""
+        result = self.apply(source)
+        try:
+            compile(result, self.path, "exec")
+        except (SyntaxError, ValueError):
+            return None
+        return result if result != source else None
+
 
 def candidates(source: str, path: str) -> list[Mutant]:
-    """Every mutation point of the module's function bodies whose result still compiles."""
+    """Every mutation point of the module's function bodies, in source order (whether one
+    compiles is checked when it is used: `Mutant.mutated`)."""
     tree = ast.parse(source)
     found: list[Mutant] = []
     text_lines = source.encode().splitlines(keepends=True)
@@ -80,7 +91,8 @@ def candidates(source: str, path: str) -> list[Mutant]:
                     continue
                 if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in FLIPPED:
                     flipped = ast.Compare(node.left, [FLIPPED[type(node.ops[0])]()], node.comparators)
-                    add("flip_comparison", function, stmt, node, f"`{_short(segment(node))}` -> `{_short(ast.unparse(flipped))}`",
+                    add("flip_comparison", function, stmt, node,
+                        f"`{_short(segment(node))}` -> `{_short(ast.unparse(flipped))}`",
                         [(*span(node), f"({ast.unparse(flipped)})")])
                 elif isinstance(node, ast.Constant) and (isinstance(node.value, bool)
                                                          or (type(node.value) is int and node.value in (0, 1))):
@@ -127,15 +139,7 @@ def candidates(source: str, path: str) -> list[Mutant]:
                 statements(case.body, function, True)
 
     statements(tree.body, "", False)
-    return [m for m in found if _compiles(m.apply(source), path) and m.apply(source) != source]
-
-
-def _compiles(source: str, path: str) -> bool:
-    try:
-        compile(source, path, "exec")
-    except (SyntaxError, ValueError):
-        return False
-    return True
+    return found
 
 
 def _short(text: str, limit: int = 60) -> str:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import itertools
 import json
 import random
 import shutil
@@ -77,6 +78,7 @@ class MutantResult:
     # time, as (pytest processes, seconds of collection and tests): the selection's, every relevant test's
     selection_cost: tuple[int, float] = (0, 0.0)
     full_cost: tuple[int, float] = (0, 0.0)
+    selected: list[str] = field(default_factory=list)  # what select_tests chose (files or node ids)
     missed_why: list[str] = field(default_factory=list)
     check_seconds: float = 0.0
 
@@ -105,7 +107,7 @@ class Options:
     # Phase 2 over this many baseline seconds runs fastest first up to the first killer, for
     # this long at most: a mutant it cannot decide is `undecided` (neither killable nor not).
     cap_check_seconds: float = 120
-    dry_limit: int = 5  # an area with no killable mutant yet after this many modules is dropped
+    dry_limit: int = 5  # an area whose first 5 modules (capped ones apart) gave no killable mutant is dropped
     max_minutes: float = 55  # no new module after this
     modules: tuple[str, ...] = ()
 
@@ -174,12 +176,7 @@ def module_order(pools: dict[str, list[str]], seed: int) -> list[str]:
         paths = list(paths)
         random.Random(f"{seed}:{area}").shuffle(paths)
         shuffled.append(paths)
-    return [p for row in _zip_longest(shuffled) for p in row]
-
-
-def _zip_longest(lists):
-    for i in range(max(map(len, lists), default=0)):
-        yield [lst[i] for lst in lists if i < len(lst)]
+    return [p for row in itertools.zip_longest(*shuffled) for p in row if p is not None]
 
 
 def spread(candidates: list, rng: random.Random) -> list:
@@ -276,8 +273,8 @@ def check_mutant(bench: Bench, module: ModuleResult, mutant: mutation.Mutant, so
     start = time.monotonic()
     result = MutantResult(module.path, module.area, mutant.operator, mutant.function, mutant.line,
                           mutant.description, mutant.key, status="invalid")
-    mutated = mutant.apply(source)
-    if not _compiles(mutated, mutant.path):
+    mutated = mutant.mutated(source)
+    if mutated is None:
         return result
 
     def write(repo: Path) -> None:
@@ -291,6 +288,7 @@ def check_mutant(bench: Bench, module: ModuleResult, mutant: mutation.Mutant, so
     covering = covering_tests(bench, groups, mutant)
     result.covering = len(covering)
     order, cut, part = selection_tests(bench, change)
+    result.selected = [item.path for item in change.selected]
     relevant_tests = [t for g in groups for t, _, _ in bench.baselines[g].tests]
     result.selection_cost = cost(bench, groups, set(order))
     result.full_cost = cost(bench, groups, set(relevant_tests))
@@ -392,14 +390,6 @@ def why_missed(change: Change, killers: list[str], cut: list[str]) -> list[str]:
     return list(reasons.values())
 
 
-def _compiles(source: str, path: str) -> bool:
-    try:
-        compile(source, path, "exec")
-    except (SyntaxError, ValueError):
-        return False
-    return True
-
-
 # -- one module ---------------------------------------------------------------------------
 
 def evaluate_module(bench: Bench, path: str, quota: int, tries: int) -> ModuleResult:
@@ -468,8 +458,7 @@ def run(options: Options, quick: bool = False, progress=progress_line) -> dict:
             order = module_order(pools, options.seed)
         area_pool = {p: a for a, paths in pools.items() for p in paths}
         modules: list[ModuleResult] = []
-        dry: dict[str, int] = {}
-        dropped: dict[str, str] = {}
+        productive, barren, dropped = set(), {}, {}
         stopped = ""
         for path in order:
             killable = sum(m.status in ("killed", "missed") for r in modules for m in r.mutants)
@@ -488,11 +477,13 @@ def run(options: Options, quick: bool = False, progress=progress_line) -> dict:
             progress(f"  {result.status}{': ' + result.note if result.note else ''}")
             if result.status == "capped":
                 continue
-            found = sum(m.status in ("killed", "missed") for m in result.mutants)
-            dry[pool] = -10**6 if found else dry.get(pool, 0) + 1  # an area that gave one is kept
-            if not options.modules and dry[pool] >= options.dry_limit:
-                dropped[pool] = f"none of its first {options.dry_limit} modules gave a killable mutant"
-                progress(f"  area {pool} dropped: {dropped[pool]}")
+            if any(m.status in ("killed", "missed") for m in result.mutants):
+                productive.add(pool)
+            elif pool not in productive:
+                barren[pool] = barren.get(pool, 0) + 1
+                if not options.modules and barren[pool] >= options.dry_limit:
+                    dropped[pool] = f"none of its first {options.dry_limit} modules gave a killable mutant"
+                    progress(f"  area {pool} dropped: {dropped[pool]}")
         return summarise(bench, modules, options, dropped, stopped, time.monotonic() - start, quick)
     finally:
         bench.close()
@@ -525,6 +516,7 @@ def summarise(bench: Bench, modules: list[ModuleResult], options: Options, dropp
         if any(m.status == "missed" for m in mine):
             hits = sum(m.status == "killed" for m in mine)
             worst.append({"module": r.path, "killable": len(mine), "killed": hits, "recall": _ratio(hits, len(mine)),
+                          "selected": sorted({t for m in mine for t in m.selected}),
                           "missed": [{"mutant": m.description, "function": m.function, "killers": m.killers[:5],
                                       "why": m.missed_why} for m in mine if m.status == "missed"]})
     worst.sort(key=lambda w: (w["recall"], -w["killable"], w["module"]))
@@ -548,6 +540,7 @@ def summarise(bench: Bench, modules: list[ModuleResult], options: Options, dropp
         "process_overhead_seconds": round(overhead, 1),
         "areas": dict(sorted(areas.items())),
         "worst_modules": worst[:8],
+        "modules_with_misses": len(worst),
         "mutants": {s: sum(m.status == s for m in mutants)
                     for s in ("killed", "missed", "survived", "undecided", "not_covered", "invalid")},
         "baseline": {"files": len(bench.baselines),
@@ -615,7 +608,8 @@ def render(summary: dict) -> str:
                      f"{e['modules']:7d} ({e['capped']})")
     lines.append("worst-covered modules:" if summary["worst_modules"] else "worst-covered modules: none missed")
     for w in summary["worst_modules"]:
-        lines.append(f"  {w['module']}: {w['killed']}/{w['killable']} ({w['recall']:.0%})")
+        lines.append(f"  {w['module']}: {w['killed']}/{w['killable']} ({w['recall']:.0%}); the selection ran: "
+                     f"{', '.join(w['selected']) or 'nothing'}")
         for miss in w["missed"]:
             lines.append(f"    missed {miss['mutant']} in {miss['function']}; killers: {', '.join(miss['killers'])}")
             lines += [f"      why: {why}" for why in miss["why"]]
@@ -625,9 +619,11 @@ def render(summary: dict) -> str:
                  f"set, {m['invalid']} did not compile; discarded before running: {summary['discarded_uncovered']} "
                  f"on lines no relevant test runs, {summary['discarded_import_only']} run only at import")
     mods = {status: len(paths) for status, paths in summary["modules"].items()}
-    lines.append(f"modules: {mods['measured']} measured, {mods['capped']} capped, {mods['no_tests']} without any "
-                 f"relevant test, {mods['no_mutants']} without a covered mutation point; "
-                 f"{len(summary['modules_without_killable'])} measured modules gave no killable mutant")
+    with_killable = mods["measured"] - len(summary["modules_without_killable"])
+    lines.append(f"modules: {mods['measured']} measured ({with_killable} with killable mutants, "
+                 f"{with_killable - summary['modules_with_misses']} of them with none missed), "
+                 f"{mods['capped']} capped, {mods['no_tests']} without any relevant test, "
+                 f"{mods['no_mutants']} without a covered mutation point")
     base = summary["baseline"]
     lines.append(f"baseline: {base['files']} test files, {base['tests']} tests, {base['passed']} passed; "
                  f"{base['abandoned']} not run (their file's first {GIVE_UP['failures']} tests all failed, or its "

@@ -32,7 +32,7 @@ from tasks.sample_repo import build_sample_repo
 PLUGIN = Path(__file__).resolve().parent / "selection_pytest.py"
 SANDBOX = Sandbox(enabled=False)
 SOURCE_DIRS = ("exir", "export", "backends")  # measured for coverage; where modules are drawn from
-BASELINE_VERSION = 4
+BASELINE_VERSION = 4  # bump when what a cached baseline holds, or how it is taken, changes
 INI = "[pytest]\naddopts =\ntimeout = 300\n"
 WARMUP = ["executorch.exir"]  # imported before collection at baseline: start-up, not a file's cost
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -61,7 +61,6 @@ class Baseline:
 
     def passed(self) -> set[str]:
         return {t for t, outcome, _ in self.tests if outcome == "passed"}
-
 
 
 def progress_line(message: str) -> None:

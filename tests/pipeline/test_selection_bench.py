@@ -55,6 +55,7 @@ def test_each_operator_makes_one_small_change_in_a_function_body(operator, line,
 def test_module_level_code_defaults_and_docstrings_are_never_mutated():
     found = mutants.candidates(SOURCE, "m.py")
     assert found and all(m.function == "pick" for m in found)
+    assert all(m.mutated(SOURCE) not in (None, SOURCE) for m in found)
     assert min(m.line for m in found) == 6  # not LIMIT = 0 (line 1), not flag=True, not the docstring
     assert len({m.key for m in found}) == len(found)
 
