@@ -17,6 +17,19 @@ command -v patch >/dev/null 2>&1 || want+=(patch)
 command -v cmake >/dev/null 2>&1 || want+=(cmake)
 command -v g++ >/dev/null 2>&1 || want+=(g++)
 command -v wrk >/dev/null 2>&1 || want+=(wrk)  # bench/webhook_load.py's load generator
+# Native rebuilds (tasks/pipeline/native.py): Ninja and a compiler cache.
+command -v ninja >/dev/null 2>&1 || want+=(ninja-build)
+command -v ccache >/dev/null 2>&1 || want+=(ccache)
+# The dashboard's browser tests: Debian's headless Chromium (no browser download).
+command -v chromium >/dev/null 2>&1 || want+=(chromium)
+# Device targets: a real OpenSSH server for the ssh target, adb for Android, an emulated arm64
+# userland (QEMU user mode, debootstrap) and the cross compiler for the runtime.
+command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || want+=(openssh-server)
+command -v ssh >/dev/null 2>&1 || want+=(openssh-client)
+command -v adb >/dev/null 2>&1 || want+=(adb)
+command -v qemu-aarch64-static >/dev/null 2>&1 || want+=(qemu-user-static)
+command -v debootstrap >/dev/null 2>&1 || want+=(debootstrap)
+command -v aarch64-linux-gnu-g++ >/dev/null 2>&1 || want+=(g++-aarch64-linux-gnu)
 [ ${#want[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "system-deps: installing ${want[*]}"
