@@ -31,17 +31,17 @@ Unknown keys, wrong types and dangling names are errors that carry the YAML line
 """
 from __future__ import annotations
 
-import difflib
 import re
 import threading
 import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Callable, Mapping
+from typing import Annotated, Callable, Literal, Mapping
 
-import yaml
+from pydantic import Field
 
 from triage_rules import catalogue
+from triage_rules import yamlmodel as ym
 from triage_rules.records import CATEGORIES
 
 PATH = ".github/etriage.yml"
@@ -50,6 +50,11 @@ LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?$")  # a GitH
 TARGET_KINDS = ("emulator", "device")
 BACKENDS = catalogue.backends()  # what `triage.paths` may name
 BUDGET_RANGE = (10, 1800)  # seconds: a selected-tests budget must fit one suite run's timeout
+
+Name = ym.pattern(NAME.pattern, "a name (lowercase letters, digits, _ . -)")
+Login = ym.pattern(LOGIN.pattern, "a GitHub login")
+Backend = ym.choice("backend", BACKENDS)
+Category = Literal[CATEGORIES]
 
 
 @dataclass(frozen=True)
@@ -66,32 +71,57 @@ class Target:
     soc: str | None = None
 
 
-@dataclass(frozen=True)
-class TriageConfig:
-    suites: tuple[str, ...] = ("multi_method", "mutable_buffer")
-    targets: tuple[str, ...] = ("host", "qnn-sim")
-    paths: Mapping[str, str] = field(default_factory=dict)  # glob -> backend
-    trusted: tuple[str, ...] = ()  # logins whose changes run without a maintainer's ok-to-test
-    budget_seconds: int | None = None  # selected tests' time budget; None: the tables' default
+# The sections: each model is both the file's schema and what callers read.
+
+class TriageConfig(ym.StrictModel):
+    suites: tuple[Name, ...] = ("multi_method", "mutable_buffer")
+    targets: tuple[Name, ...] = ("host", "qnn-sim")
+    paths: Mapping[ym.Str, Backend] = Field(default_factory=dict)  # glob -> backend
+    trusted: tuple[Login, ...] = ()  # logins whose changes run without a maintainer's ok-to-test
+    # selected tests' time budget; None: the tables' default
+    budget_seconds: Annotated[ym.Int, Field(ge=BUDGET_RANGE[0], le=BUDGET_RANGE[1],
+                                            description="between 10 and 1800 seconds")] | None = None
 
     def trusts(self, login: str) -> bool:
         return login.lower() in {name.lower() for name in self.trusted}
 
 
-@dataclass(frozen=True)
-class CommandsConfig:
+class CommandsConfig(ym.StrictModel):
     pass
 
 
-@dataclass(frozen=True)
-class CiLogsConfig:
-    workflows: tuple[str, ...] = ()  # empty: every workflow
-    max_bytes: int = 50 * 1024 * 1024
+class CiLogsConfig(ym.StrictModel):
+    workflows: tuple[ym.Str, ...] = ()  # empty: every workflow
+    max_bytes: Annotated[ym.Int, Field(gt=0, description="a positive number of bytes")] = 50 * 1024 * 1024
 
 
-@dataclass(frozen=True)
-class DevicesConfig:
-    targets: tuple[str, ...] = ()  # empty: every device-kind target
+class DevicesConfig(ym.StrictModel):
+    targets: tuple[Name, ...] = ()  # empty: every device-kind target
+
+
+class _SuiteEntry(ym.StrictModel):
+    description: ym.Str = ""
+    tests: tuple[ym.Str, ...] = ()
+
+
+class _TargetEntry(ym.StrictModel):
+    kind: Literal[TARGET_KINDS]
+    soc: ym.Str | None = None
+
+
+SECTIONS = ("triage", "commands", "labels", "ci_logs", "devices")
+
+
+class _File(ym.StrictModel):
+    """`.github/etriage.yml`. A section present but empty (`commands:`) is on with defaults."""
+
+    triage: TriageConfig | None = None
+    commands: CommandsConfig | None = None
+    labels: dict[Category, ym.Str] | None = None  # category -> label
+    ci_logs: CiLogsConfig | None = None
+    devices: DevicesConfig | None = None
+    suites: dict[Name, _SuiteEntry | None] = {}
+    targets: dict[Name, _TargetEntry] = {}
 
 
 # Defaults from the one catalogue (triage_rules/tables/): the names the planner and the queues use.
@@ -147,193 +177,65 @@ def load(text: str | None) -> RepoConfig:
     if text is None:
         return RepoConfig.defaults()
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark else ""
-        what = ", ".join(filter(None, [getattr(error, "context", None), getattr(error, "problem", None)]))
-        raise RepoConfigError([f"{where}not valid YAML: {what or error}"]) from None
-    if root is None:
+        located = ym.read(text)
+    except ym.YamlSyntaxError as error:
+        where = f"line {error.line}: " if error.line else ""
+        raise RepoConfigError([f"{where}not valid YAML: {error.message}"]) from None
+    if located.data is None:
         return RepoConfig()  # an empty file turns every feature off
-    checker = _Checker()
-    checker.check(_SCHEMA, root, "")
-    if checker.errors:
-        raise RepoConfigError(checker.errors)
-    config = _build(yaml.safe_load(text))
-    errors = [f"line {checker.lines.get(where, 1)}: {where}: {problem}" for where, problem in _dangling(config)]
+    data = located.data
+    if isinstance(data, dict):  # `triage:` with nothing after it: the section is on, with defaults
+        data = {key: ({} if key in SECTIONS and value is None else value) for key, value in data.items()}
+    parsed, problems = ym.validate(_File, located, data)
+    if problems:
+        raise RepoConfigError([_line(problem.line, problem.loc, problem.message) for problem in problems])
+    config = _build(parsed)
+    errors = [_line(located.line(loc), loc, problem) for loc, problem in _dangling(config)]
     if errors:
         raise RepoConfigError(errors)
     return config
 
 
-# --- schema: each rule checks one YAML node and reports problems with the node's line ---------
-
-@dataclass(frozen=True)
-class Scalar:
-    tag: str  # "str" | "int" | "bool"
-    choices: tuple[str, ...] = ()
-    pattern: re.Pattern | None = None
+def _line(line: int, loc: tuple, message: str) -> str:
+    return f"line {line}: {ym.where(loc) or 'top level'}: {message}"
 
 
-@dataclass(frozen=True)
-class ListOf:
-    item: object
-
-
-@dataclass(frozen=True)
-class MapOf:
-    key: Scalar
-    value: object
-    nullable: bool = False
-
-
-@dataclass(frozen=True)
-class Section:
-    fields: Mapping[str, object]
-    required: tuple[str, ...] = ()
-    nullable: bool = False
-
-
-STR, INT = Scalar("str"), Scalar("int")
-NAME_RULE = Scalar("str", pattern=NAME)
-_SCHEMA = Section({
-    "triage": Section({"suites": ListOf(NAME_RULE), "targets": ListOf(NAME_RULE),
-                       "paths": MapOf(STR, STR),
-                       "trusted": ListOf(Scalar("str", pattern=LOGIN)), "budget_seconds": INT},
-                      nullable=True),
-    "commands": Section({}, nullable=True),
-    "labels": MapOf(Scalar("str", choices=CATEGORIES), STR, nullable=True),
-    "ci_logs": Section({"workflows": ListOf(STR), "max_bytes": INT}, nullable=True),
-    "devices": Section({"targets": ListOf(NAME_RULE)}, nullable=True),
-    "suites": MapOf(NAME_RULE, Section({"description": STR, "tests": ListOf(STR)}, nullable=True)),
-    "targets": MapOf(NAME_RULE, Section({"kind": Scalar("str", choices=TARGET_KINDS), "soc": STR},
-                                        required=("kind",))),
-})
-_TYPE_NAMES = {"str": "a string", "int": "an integer", "bool": "true or false"}
-
-
-class _Checker:
-    def __init__(self):
-        self.errors: list[str] = []
-        self.lines: dict[str, int] = {}  # where -> line, for errors found after the walk
-
-    def error(self, node: yaml.Node, where: str, problem: str) -> None:
-        self.errors.append(f"line {node.start_mark.line + 1}: {where or 'top level'}: {problem}")
-
-    def check(self, rule, node: yaml.Node, where: str) -> None:
-        self.lines[where] = node.start_mark.line + 1
-        if getattr(rule, "nullable", False) and _is_null(node):
-            return
-        if isinstance(rule, Scalar):
-            self.check_scalar(rule, node, where)
-        elif isinstance(rule, ListOf):
-            if not isinstance(node, yaml.SequenceNode) or node.tag != "tag:yaml.org,2002:seq":
-                return self.error(node, where, "must be a list")
-            for index, item in enumerate(node.value):
-                self.check(rule.item, item, f"{where}[{index}]")
-        elif not isinstance(node, yaml.MappingNode) or node.tag != "tag:yaml.org,2002:map":
-            self.error(node, where, "must be a mapping (key: value)")
-        else:
-            self.check_mapping(rule, node, where)
-
-    def check_scalar(self, rule: Scalar, node: yaml.Node, where: str) -> None:
-        if not isinstance(node, yaml.ScalarNode) or node.tag != f"tag:yaml.org,2002:{rule.tag}":
-            return self.error(node, where, f"must be {_TYPE_NAMES[rule.tag]}")
-        if rule.choices and node.value not in rule.choices:
-            hint = _did_you_mean(node.value, rule.choices)
-            return self.error(node, where, f"{node.value!r} is not one of {', '.join(rule.choices)}{hint}")
-        if rule.pattern and not rule.pattern.match(node.value):
-            what = "a GitHub login" if rule.pattern is LOGIN else "a name (lowercase letters, digits, _ . -)"
-            self.error(node, where, f"{node.value!r} is not {what}")
-
-    def check_mapping(self, rule, node: yaml.MappingNode, where: str) -> None:
-        seen: set[str] = set()
-        for key_node, value_node in node.value:
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
-            child = f"{where}.{key}" if where else str(key)
-            if key is None or key_node.tag != "tag:yaml.org,2002:str":
-                self.error(key_node, where, f"key {key_node.value!r} must be a string")
-                continue
-            if key in seen:
-                self.error(key_node, child, "duplicate key")
-                continue
-            seen.add(key)
-            if isinstance(rule, MapOf):
-                self.check_scalar(rule.key, key_node, child)
-                self.check(rule.value, value_node, child)
-            elif key not in rule.fields:
-                known = ", ".join(rule.fields) or "none"
-                hint = _did_you_mean(key, rule.fields)
-                self.error(key_node, where, f"unknown key {key!r}{hint} (known: {known})")
-            else:
-                self.check(rule.fields[key], value_node, child)
-        for missing in getattr(rule, "required", ()):
-            if missing not in seen:
-                self.error(node, where, f"missing required key {missing!r}")
-
-
-def _is_null(node: yaml.Node) -> bool:
-    return isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"
-
-
-def _did_you_mean(word: str, choices) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-# --- building the typed config from data the schema accepted -------------------------------------
-
-def _build(data: dict) -> RepoConfig:
+def _build(file: _File) -> RepoConfig:
     suites = dict(DEFAULT_SUITES)
-    for name, spec in (data.get("suites") or {}).items():
-        spec = spec or {}
-        suites[name] = Suite(name, spec.get("description", ""), tuple(spec.get("tests", ())))
+    for name, entry in file.suites.items():
+        entry = entry or _SuiteEntry()
+        suites[name] = Suite(name, entry.description, entry.tests)
     targets = dict(DEFAULT_TARGETS)
-    for name, spec in (data.get("targets") or {}).items():
-        targets[name] = Target(name, spec["kind"], spec.get("soc"))
-
-    def section(key, make):
-        return make(data[key] or {}) if key in data else None
-
+    targets.update({name: Target(name, entry.kind, entry.soc) for name, entry in file.targets.items()})
+    triage = file.triage
+    if triage is not None:  # read-only, like every other mapping of the config
+        triage = triage.model_copy(update={"paths": MappingProxyType(dict(triage.paths))})
     return RepoConfig(
         suites=MappingProxyType(suites),
         targets=MappingProxyType(targets),
-        triage=section("triage", lambda s: TriageConfig(
-            tuple(s.get("suites", TriageConfig.suites)), tuple(s.get("targets", TriageConfig.targets)),
-            MappingProxyType(dict(s.get("paths", {}))), tuple(s.get("trusted", ())),
-            s.get("budget_seconds"))),
-        commands=section("commands", lambda s: CommandsConfig()),
-        labels=section("labels", lambda s: MappingProxyType({**DEFAULT_LABELS, **s})),
-        ci_logs=section("ci_logs", lambda s: CiLogsConfig(
-            tuple(s.get("workflows", ())), s.get("max_bytes", CiLogsConfig.max_bytes))),
-        devices=section("devices", lambda s: DevicesConfig(tuple(s.get("targets", ())))),
+        triage=triage,
+        commands=file.commands,
+        labels=MappingProxyType({**DEFAULT_LABELS, **file.labels}) if file.labels is not None else None,
+        ci_logs=file.ci_logs,
+        devices=file.devices,
     )
 
 
 def _dangling(config: RepoConfig):
-    """Names that refer to suites or targets that do not exist: (where, problem)."""
+    """Names that refer to suites or targets that do not exist: (loc, problem)."""
     if config.triage:
         for index, suite in enumerate(config.triage.suites):
             if suite not in config.suites:
-                yield f"triage.suites[{index}]", f"unknown suite {suite!r}{_did_you_mean(suite, config.suites)}"
+                yield ("triage", "suites", index), f"unknown suite {suite!r}{ym.did_you_mean(suite, config.suites)}"
         for index, target in enumerate(config.triage.targets):
             if target not in config.targets:
-                yield f"triage.targets[{index}]", f"unknown target {target!r}{_did_you_mean(target, config.targets)}"
-    if config.triage:
-        for glob, backend in config.triage.paths.items():
-            if backend not in BACKENDS:
-                yield (f"triage.paths.{glob}", f"unknown backend {backend!r}{_did_you_mean(backend, BACKENDS)} "
-                                               f"(known: {', '.join(BACKENDS)})")
-    if config.triage and config.triage.budget_seconds is not None and \
-            not BUDGET_RANGE[0] <= config.triage.budget_seconds <= BUDGET_RANGE[1]:
-        yield "triage.budget_seconds", f"must be between {BUDGET_RANGE[0]} and {BUDGET_RANGE[1]} seconds"
-    if config.ci_logs and config.ci_logs.max_bytes <= 0:
-        yield "ci_logs.max_bytes", "must be a positive number of bytes"
+                yield (("triage", "targets", index),
+                       f"unknown target {target!r}{ym.did_you_mean(target, config.targets)}")
     if config.devices:
         for index, name in enumerate(config.devices.targets):
             target = config.targets.get(name)
             if target is None or target.kind != "device":
-                yield f"devices.targets[{index}]", f"{name!r} is not a device target"
+                yield ("devices", "targets", index), f"{name!r} is not a device target"
 
 
 # --- cache ----------------------------------------------------------------------------------------
