@@ -30,6 +30,11 @@ command -v adb >/dev/null 2>&1 || want+=(adb)
 command -v qemu-aarch64-static >/dev/null 2>&1 || want+=(qemu-user-static)
 command -v debootstrap >/dev/null 2>&1 || want+=(debootstrap)
 command -v aarch64-linux-gnu-g++ >/dev/null 2>&1 || want+=(g++-aarch64-linux-gnu)
+# The loopback ssh device of tests/devices/ logs in as this unprivileged user (sshd runs as it).
+if [ "$(id -u)" = 0 ] && ! id etriage-device >/dev/null 2>&1; then
+    useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /bin/sh etriage-device \
+        || echo "system-deps: could not create the user etriage-device" >&2
+fi
 [ ${#want[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "system-deps: installing ${want[*]}"

@@ -1,0 +1,166 @@
+"""A real OpenSSH server on loopback, started per test module: its own port, host keys,
+authorized_keys and work root. It runs unprivileged: as the `etriage-device` user when the
+tests run as root (scripts/system-deps.sh creates it; so does this fixture), else as the
+current user. The device's runtime is this venv's Python with the executorch pybindings."""
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tasks.devices.inventory import Device
+from tasks.devices.ssh import SshOptions
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+DEVICE_USER = "etriage-device"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _keygen(path: Path) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+
+
+def _device_user() -> pwd.struct_passwd:
+    if os.geteuid() != 0:
+        return pwd.getpwuid(os.geteuid())
+    try:
+        return pwd.getpwnam(DEVICE_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
+                        "--shell", "/bin/sh", DEVICE_USER], check=True)
+        return pwd.getpwnam(DEVICE_USER)
+
+
+class Sshd:
+    """One sshd; start(), stop(), new_host_key() (a device re-imaged: its key changes)."""
+
+    def __init__(self, root: Path):
+        if not Path(SSHD).exists():
+            pytest.skip("OpenSSH server not installed (scripts/system-deps.sh installs openssh-server)")
+        self.root, self.port, self.proc = root, _free_port(), None
+        self.user = _device_user()
+        root.mkdir(parents=True, exist_ok=True)
+        root.chmod(0o755)
+        self.client_key = root / "client_key"
+        self.host_key = root / "host_key"
+        _keygen(self.client_key)
+        _keygen(self.host_key)
+        (root / "authorized_keys").write_text(Path(f"{self.client_key}.pub").read_text())
+        self.known_hosts = root / "known_hosts"
+        self._record_host_key()
+        self.work_root = root / "device-tmp"
+        self.work_root.mkdir(exist_ok=True)
+        (root / "sshd_config").write_text("\n".join([
+            f"Port {self.port}", "ListenAddress 127.0.0.1", f"HostKey {self.host_key}",
+            f"AuthorizedKeysFile {root / 'authorized_keys'}", f"PidFile {root / 'sshd.pid'}",
+            "StrictModes no", "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no",
+            "Subsystem sftp internal-sftp", "LogLevel ERROR", "MaxSessions 50", "MaxStartups 50", ""]))
+        for path in (self.host_key, self.work_root, root / "authorized_keys"):
+            os.chown(path, self.user.pw_uid, self.user.pw_gid)
+        self.host_key.chmod(0o600)
+        os.chown(root, self.user.pw_uid, self.user.pw_gid)
+
+    def _record_host_key(self) -> None:
+        key = Path(f"{self.host_key}.pub").read_text().split()
+        self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {key[0]} {key[1]}\n")
+
+    def start(self) -> None:
+        drop = [] if os.geteuid() != 0 else [
+            "setpriv", f"--reuid={self.user.pw_uid}", f"--regid={self.user.pw_gid}", "--clear-groups", "--"]
+        self.proc = subprocess.Popen([*drop, SSHD, "-D", "-e", "-f", str(self.root / "sshd_config")],
+                                     stdout=subprocess.DEVNULL, stderr=open(self.root / "sshd.log", "ab"))
+        for _ in range(200):  # until it listens (or has died)
+            if self.proc.poll() is not None:
+                pytest.fail(f"sshd exited: {(self.root / 'sshd.log').read_text()[-2000:]}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return
+            time.sleep(0.05)
+        pytest.fail("sshd did not start listening")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+    def pull_the_plug(self) -> None:
+        """The device vanishes: SIGKILL to this sshd and every process under it (sessions, the
+        programs they run), by process id."""
+        if not self.proc:
+            return
+        children: dict[int, list[int]] = {}
+        for stat_file in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                fields = stat_file.read_text().rsplit(")", 1)[1].split()
+                children.setdefault(int(fields[1]), []).append(int(stat_file.parent.name))
+        doomed, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            doomed.append(pid)
+            todo += children.get(pid, [])
+        for pid in doomed:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.proc.wait()
+        self.proc = None
+
+    def new_host_key(self) -> None:
+        """Replace the server's host key (known_hosts keeps the old one) and restart."""
+        self.stop()
+        self.host_key.unlink()
+        Path(f"{self.host_key}.pub").unlink()
+        _keygen(self.host_key)
+        os.chown(self.host_key, self.user.pw_uid, self.user.pw_gid)
+        self.start()
+
+    def device(self, device_id: str = "loop-1", **fields) -> Device:
+        values = dict(transport="ssh", address=f"{self.user.pw_name}@127.0.0.1:{self.port}",
+                      soc=os.uname().machine, runtime=(sys.executable,), work_root=str(self.work_root),
+                      min_free_mb=1)
+        values.update(fields)
+        return Device(id=device_id, **values)
+
+    @property
+    def options(self) -> SshOptions:
+        return SshOptions(identity=str(self.client_key), known_hosts=str(self.known_hosts), connect_timeout=5)
+
+
+@pytest.fixture
+def sshd():
+    # not under pytest's tmp dir: its 0700 parents would keep the device user out
+    root = Path(tempfile.mkdtemp(prefix="etriage-sshd-"))
+    server = Sshd(root)
+    server.start()
+    yield server
+    server.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def small_disk(sshd):
+    """A 512 KiB tmpfs the device user owns: the device's disk, nearly full from the start."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mount = sshd.root / "small-disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=512k,uid={sshd.user.pw_uid},mode=0755",
+                           "tmpfs", str(mount)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)

@@ -1,0 +1,98 @@
+"""The ssh transport against a real OpenSSH server on loopback (tests/devices/conftest.py):
+push, run, pull, clean up; and each fault made for real and named as the device's."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tasks.devices.faults import DeviceFault
+from tasks.devices.ssh import SshTransport
+
+
+def test_push_run_pull_and_cleanup(sshd, tmp_path):
+    bundle = tmp_path / "bundle"
+    (bundle / "inputs").mkdir(parents=True)
+    (bundle / "inputs" / "x.bin").write_bytes(bytes(range(256)) * 4)
+    (bundle / "run.sh").write_text("#!/bin/sh\nmkdir -p out && cat inputs/x.bin inputs/x.bin > out/y.bin && uname -m\n")
+    (bundle / "run.sh").chmod(0o755)
+    with SshTransport(sshd.device(), sshd.options) as ssh:
+        with ssh.workdir() as work:
+            assert work.startswith(str(sshd.work_root))
+            assert ssh.push(bundle, work) == 1024 + len((bundle / "run.sh").read_bytes())
+            ran = ssh.run(["./run.sh"], cwd=f"{work}/bundle", timeout=30)
+            assert ran.returncode == 0, ran.output
+            assert ran.output.strip() == ssh.machine()
+            ssh.pull(f"{work}/bundle/out", tmp_path / "out")
+        assert (tmp_path / "out" / "y.bin").read_bytes() == (bytes(range(256)) * 4) * 2
+        assert list(sshd.work_root.iterdir()) == []  # the work dir is gone
+
+
+def test_a_failing_program_is_its_exit_code_not_a_fault(sshd):
+    with SshTransport(sshd.device(), sshd.options) as ssh:
+        ran = ssh.run(["sh", "-c", "echo boom >&2; exit 3"], timeout=30)
+    assert (ran.returncode, ran.output.strip()) == (3, "boom")
+
+
+def test_environment_reaches_the_program(sshd):
+    with SshTransport(sshd.device(), sshd.options) as ssh:
+        ran = ssh.run(["sh", "-c", 'echo "$ET_X"'], timeout=30, env={"ET_X": "a b'c"})
+    assert ran.output.strip() == "a b'c"
+
+
+def test_stopped_sshd_is_connection_refused(sshd):
+    sshd.stop()
+    with pytest.raises(DeviceFault) as caught:
+        SshTransport(sshd.device(), sshd.options).connect()
+    assert caught.value.kind == "refused" and caught.value.retryable
+    assert "loop-1" in str(caught.value) and "Connection refused" in str(caught.value)
+
+
+def test_changed_host_key_is_refused_and_not_retried(sshd):
+    sshd.new_host_key()
+    with pytest.raises(DeviceFault) as caught:
+        SshTransport(sshd.device(), sshd.options).connect()
+    assert caught.value.kind == "host_key" and not caught.value.retryable
+
+
+def test_unknown_client_key_is_auth(sshd, tmp_path):
+    (sshd.root / "authorized_keys").write_text("")
+    with pytest.raises(DeviceFault) as caught:
+        SshTransport(sshd.device(), sshd.options).connect()
+    assert caught.value.kind == "auth"
+
+
+def test_run_killed_at_its_time_limit(sshd):
+    with SshTransport(sshd.device(), sshd.options) as ssh:
+        with pytest.raises(DeviceFault) as caught:
+            ssh.run(["sleep", "31.5"], timeout=1)
+        assert caught.value.kind == "timeout"
+        # the device is still usable afterwards, and nothing is left running
+        assert ssh.run(["sh", "-c", "pgrep -f '^sleep 31[.]5' -u $(id -u) || true"], timeout=30).output.strip() == ""
+
+
+def test_device_offline_mid_run(sshd):
+    """sshd and the session are killed while the program runs: a fault, not an exit code."""
+    with SshTransport(sshd.device(), sshd.options) as ssh:
+        def pull_the_plug():
+            time.sleep(1.0)  # the program is running by then; if not, the fault is the same
+            sshd.pull_the_plug()
+
+        killer = threading.Thread(target=pull_the_plug)
+        killer.start()
+        with pytest.raises(DeviceFault) as caught:
+            ssh.run(["sleep", "20"], timeout=60)
+        killer.join()
+    assert caught.value.kind == "offline" and caught.value.retryable
+
+
+def test_disk_full_on_push(sshd, small_disk, tmp_path):
+    big = tmp_path / "model.pte"
+    big.write_bytes(b"\0" * (2 << 20))  # 2 MiB into a 512 KiB disk
+    with SshTransport(sshd.device(work_root=str(small_disk)), sshd.options) as ssh:
+        with ssh.workdir() as work:
+            with pytest.raises(DeviceFault) as caught:
+                ssh.push(big, work)
+    assert caught.value.kind == "disk_full"
+    assert "No space left on device" in str(caught.value)
