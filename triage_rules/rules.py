@@ -25,27 +25,56 @@ import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Literal
 
 import yaml
+from pydantic import AfterValidator, Field
 
+from triage_rules import yamlmodel as ym
 from triage_rules.records import CATEGORIES
 
 RULES_DIR = Path(__file__).with_name("rules")
 OWNERS_FILE = Path(__file__).with_name("owners.yaml")
 
-RULE_KEYS = frozenset({"id", "category", "title", "priority", "match", "explanation", "suggestion", "owners",
-                       "environment", "strength"})
 # How much a match says (see triage_rules/decide.py): `strong` (default) a specific rule the
 # model rarely overrules; `weak` a generic one (a bare exception, "a test failed") that a
 # confident model overrules; `certain` etriage's own probes, never overruled.
 STRENGTHS = ("strong", "weak", "certain")
-REQUIRED_KEYS = frozenset({"id", "category", "title", "priority", "match", "explanation"})
-MATCH_KEYS = frozenset({"line", "primary", "message", "exception", "test", "frame", "job"})
+MATCH_KEYS = ("line", "primary", "message", "exception", "test", "frame", "job")
 _TEMPLATE_FIELD_RE = re.compile(r"^\{(\w+)\}$")
 
 
 class RuleError(ValueError):
     """A rule file is invalid; the message names the file and line."""
+
+
+def _category(value: str) -> str:
+    if value not in CATEGORIES and not _TEMPLATE_FIELD_RE.match(value):
+        raise ValueError(f"unknown category {value!r}{ym.did_you_mean(value, CATEGORIES)}")
+    return value
+
+
+class _RuleEntry(ym.StrictModel):
+    """One rule as written in a rule file."""
+
+    id: ym.pattern(r"[a-z0-9][a-z0-9_.-]*$", "lowercase letters, digits, - _ .")
+    category: Annotated[ym.Str, AfterValidator(_category)]  # a category, or "{capture}"
+    title: ym.Text
+    priority: ym.Int
+    match: Annotated[dict[Literal[MATCH_KEYS], ym.Regex], Field(min_length=1)]
+    explanation: ym.Text
+    suggestion: ym.Text = ""
+    owners: tuple[ym.pattern(r"[@/]", "an @handle or a /path/"), ...] = ()
+    environment: ym.Bool = False
+    strength: Literal[STRENGTHS] = "strong"
+
+
+class _RuleFile(ym.StrictModel):
+    rules: list[_RuleEntry] | None = None
+
+
+RULE_KEYS = frozenset(_RuleEntry.model_fields)
+REQUIRED_KEYS = frozenset(name for name, info in _RuleEntry.model_fields.items() if info.is_required())
 
 
 @dataclass(frozen=True)
@@ -82,116 +111,78 @@ class RuleMatch:
     captures: dict[str, str] = field(default_factory=dict)
 
 
-class _LineLoader(yaml.SafeLoader):
-    """A YAML loader that remembers where each mapping and each key sits."""
-
-
-def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    mapping = yaml.SafeLoader.construct_mapping(loader, node, deep=True)
-    keys = [k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode)]
-    if len(keys) != len(set(keys)):
-        dup = next(k for k in keys if keys.count(k) > 1)
-        raise RuleError(f"{loader.name}:{node.start_mark.line + 1}: duplicate key {dup!r}")
-    mapping["__line__"] = node.start_mark.line + 1
-    mapping["__lines__"] = {k.value: k.start_mark.line + 1 for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
-    return mapping
-
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 def parse_rules(text: str, source: str) -> list[Rule]:
     """Parse and validate one rule file's text; `source` names it in errors."""
-    loader = _LineLoader(text)
-    loader.name = source
     try:
-        data = loader.get_single_data()
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark else source
-        raise RuleError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
-    finally:
-        loader.dispose()
-    if data is None:
+        located = ym.read(text)
+    except ym.YamlSyntaxError as error:
+        where = f"{source}:{error.line}" if error.line else source
+        raise RuleError(f"{where}: invalid YAML: {error.message}") from None
+    if located.data is None:
         return []
-    if not isinstance(data, dict) or set(data) - {"rules", "__line__", "__lines__"}:
-        raise RuleError(f"{source}:1: a rule file is a mapping with one key, 'rules'")
-    entries = data.get("rules") or []
-    if not isinstance(entries, list):
-        raise RuleError(f"{source}:{data['__lines__'].get('rules', 1)}: 'rules' must be a list")
-    return [_parse_rule(entry, source) for entry in entries]
+    parsed, problems = ym.validate(_RuleFile, located)
+    if problems:
+        raise RuleError(_describe(problems, located, source))
+    rules = []
+    for index, entry in enumerate(parsed.rules or []):
+        rule = Rule(id=entry.id, category=entry.category, title=entry.title, priority=entry.priority,
+                    matchers=tuple(entry.match.items()), explanation=entry.explanation,
+                    suggestion=entry.suggestion, owners=entry.owners, environment=entry.environment,
+                    strength=entry.strength, source=f"{source}:{located.line(('rules', index))}")
+        captures = {name for _, pattern in rule.matchers for name in pattern.groupindex}
+        template = _TEMPLATE_FIELD_RE.match(rule.category)
+        if template and template.group(1) not in captures:
+            line = located.line(("rules", index, "category"))
+            raise RuleError(f"{source}:{line}: category {rule.category!r} of {rule.id!r} names no capture group")
+        rules.append(rule)
+    return rules
 
 
-def _parse_rule(entry: object, source: str) -> Rule:
-    if not isinstance(entry, dict):
-        raise RuleError(f"{source}: each rule must be a mapping")
-    line = entry["__line__"]
-    lines = entry["__lines__"]
-    where = f"{source}:{line}"
-    keys = set(entry) - {"__line__", "__lines__"}
-    unknown = keys - RULE_KEYS
-    if unknown:
-        key = sorted(unknown)[0]
-        raise RuleError(f"{source}:{lines.get(key, line)}: unknown key {key!r} in rule {entry.get('id', '?')!r}")
-    missing = REQUIRED_KEYS - keys
-    if missing:
-        raise RuleError(f"{where}: rule {entry.get('id', '?')!r} lacks {', '.join(sorted(missing))}")
-    rule_id = entry["id"]
-    if not isinstance(rule_id, str) or not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", rule_id):
-        raise RuleError(f"{source}:{lines['id']}: rule id {rule_id!r} must be lowercase letters, digits, - _ .")
-    category = entry["category"]
-    if category not in CATEGORIES and not (isinstance(category, str) and _TEMPLATE_FIELD_RE.match(category)):
-        raise RuleError(f"{source}:{lines['category']}: unknown category {category!r} in rule {rule_id!r}")
-    if not isinstance(entry["priority"], int) or isinstance(entry["priority"], bool):
-        raise RuleError(f"{source}:{lines['priority']}: priority of {rule_id!r} must be an integer")
-    for text_key in ("title", "explanation", "suggestion"):
-        if text_key in entry and not (isinstance(entry[text_key], str) and entry[text_key].strip()):
-            raise RuleError(f"{source}:{lines[text_key]}: {text_key} of {rule_id!r} must be non-empty text")
-    if "environment" in entry and not isinstance(entry["environment"], bool):
-        raise RuleError(f"{source}:{lines['environment']}: environment of {rule_id!r} must be true or false")
-    strength = entry.get("strength", "strong")
-    if strength not in STRENGTHS:
-        raise RuleError(f"{source}:{lines['strength']}: strength of {rule_id!r} must be one of {', '.join(STRENGTHS)}")
-    owners = entry.get("owners", [])
-    if not isinstance(owners, list) or not all(isinstance(o, str) and o[:1] in "@/" for o in owners):
-        raise RuleError(f"{source}:{lines.get('owners', line)}: owners of {rule_id!r} must be a list of @handles or /paths/")
-    matchers = _parse_matchers(entry["match"], rule_id, source, lines["match"])
-    captures = {name for _, pattern in matchers for name in pattern.groupindex}
-    field_match = _TEMPLATE_FIELD_RE.match(category)
-    if field_match and field_match.group(1) not in captures:
-        raise RuleError(f"{source}:{lines['category']}: category {category!r} of {rule_id!r} names no capture group")
-    return Rule(
-        id=rule_id,
-        category=category,
-        title=entry["title"].strip(),
-        priority=entry["priority"],
-        matchers=matchers,
-        explanation=entry["explanation"].strip(),
-        suggestion=entry.get("suggestion", "").strip(),
-        owners=tuple(owners),
-        environment=entry.get("environment", False),
-        strength=strength,
-        source=where,
-    )
+def _describe(problems: list[ym.Problem], located: ym.Located, source: str) -> str:
+    """The first problem (in file order) as "file:line: what", naming the rule it is in."""
+    first = problems[0]
+    if first.kind == "missing" and len(first.loc) == 2:  # every key the rule lacks, at once
+        missing = sorted(p.key for p in problems if p.kind == "missing" and p.loc == first.loc)
+        text = f"rule {_rule_id(located, first.loc)!r} lacks {', '.join(missing)}"
+    else:
+        text = _message(first, located)
+    more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+    return f"{source}:{first.line}: {text}{more}"
 
 
-def _parse_matchers(match: object, rule_id: str, source: str, line: int) -> tuple[tuple[str, re.Pattern[str]], ...]:
-    if not isinstance(match, dict) or not (set(match) - {"__line__", "__lines__"}):
-        raise RuleError(f"{source}:{line}: match of {rule_id!r} must map matcher names to regexes")
-    lines = match["__lines__"]
-    matchers = []
-    for key, pattern in match.items():
-        if key in ("__line__", "__lines__"):
-            continue
-        if key not in MATCH_KEYS:
-            raise RuleError(f"{source}:{lines.get(key, line)}: unknown matcher {key!r} in rule {rule_id!r}")
-        if not isinstance(pattern, str) or not pattern:
-            raise RuleError(f"{source}:{lines.get(key, line)}: matcher {key!r} of {rule_id!r} must be a regex string")
-        try:
-            matchers.append((key, re.compile(pattern)))
-        except re.error as exc:
-            raise RuleError(f"{source}:{lines.get(key, line)}: bad regex for {key!r} in rule {rule_id!r}: {exc}") from None
-    return tuple(matchers)
+def _message(problem: ym.Problem, located: ym.Located) -> str:
+    loc, message = problem.loc, problem.message
+    if loc[:1] != ("rules",) or len(loc) < 2:
+        return f"'rules' {message}" if loc == ("rules",) else f"{problem.where or 'top level'}: {message}"
+    rule_id, rest = _rule_id(located, loc), loc[2:]
+    if not rest and problem.kind == "extra_forbidden":
+        return f"unknown key {problem.key!r} in rule {rule_id!r}{ym.did_you_mean(problem.key, RULE_KEYS)}"
+    if problem.kind == "duplicate_key":  # loc ends with the key itself
+        rest = rest[:-1]
+    if not rest and problem.kind in ("duplicate_key", "key_type"):
+        return f"{message} in rule {rule_id!r}"
+    if not rest:
+        return f"each rule {message}"
+    if rest[0] == "match" and len(rest) == 2:
+        matcher = rest[1]
+        if problem.kind == "literal_error":
+            return f"unknown matcher {matcher!r} in rule {rule_id!r}{ym.did_you_mean(matcher, MATCH_KEYS)}"
+        if message.startswith("bad regex: "):
+            return f"bad regex for {matcher!r} in rule {rule_id!r}: {message.removeprefix('bad regex: ')}"
+        return f"matcher {matcher!r} of {rule_id!r} must be a regex string"
+    if rest == ("id",) and problem.kind == "value_error":
+        return f"rule id {message}"
+    if rest == ("category",) and problem.kind == "value_error":
+        return f"{message} in rule {rule_id!r}"
+    if problem.kind in ("duplicate_key", "key_type"):
+        return f"{ym.where(rest)}: {message} in rule {rule_id!r}"
+    return f"{ym.where(rest)} of {rule_id!r} {message}"
+
+
+def _rule_id(located: ym.Located, loc: tuple) -> str:
+    entry = located.data["rules"][loc[1]] if len(loc) > 1 else None
+    rule_id = entry.get("id", "?") if isinstance(entry, dict) else "?"
+    return rule_id if isinstance(rule_id, str) else repr(rule_id)
 
 
 def load_rules(directory: Path = RULES_DIR) -> list[Rule]:

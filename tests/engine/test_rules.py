@@ -30,7 +30,7 @@ rules:
         (GOOD.replace('category: lint', 'category: "{nope}"'), "rule.yaml:3: category '{nope}' of 'good-rule' names no capture group"),
         (GOOD + "  - id: x\n   bad: [", "rule.yaml"),
         ("rules: {}\n", "rule.yaml:1: 'rules' must be a list"),
-        (GOOD.replace("    priority: 5\n", "    priority: 5\n    priority: 6\n"), "rule.yaml:2: duplicate key 'priority'"),
+        (GOOD.replace("    priority: 5\n", "    priority: 5\n    priority: 6\n"), "rule.yaml:6: duplicate key 'priority' in rule 'good-rule'"),
     ],
     ids=["unknown-key", "bad-regex", "bad-category", "unknown-matcher", "missing-title", "bad-priority",
          "category-template", "invalid-yaml", "rules-not-list", "duplicate-key"],
