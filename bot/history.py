@@ -19,7 +19,7 @@ from importlib import resources
 import yaml
 
 from sqlalchemy import (JSON, Boolean, Column, Date, DateTime, Float, Index, Integer, MetaData,
-                        String, Table, Text, UniqueConstraint, and_, bindparam, func, select)
+                        String, Table, Text, UniqueConstraint, bindparam, case, func, select)
 
 from triage_rules.rules import owners_of
 from triage_rules.cluster import Cluster, Clusterer, Group, cluster_groups, cluster_text, wilson_lower_bound
@@ -106,16 +106,14 @@ def history_tables(metadata: MetaData, p: str = "") -> dict[str, Table]:
     }
 
 
-BACKENDS = {"qnn": "qnn", "xnnpack": "xnnpack", "portable": "portable", "vulkan": "vulkan",
-            "coreml": "coreml", "mps": "mps"}
-
-
-def backend_of(suite: str, target: str) -> str:
-    """The backend a result belongs to, from its suite and target names (qnn-sim -> qnn)."""
-    for text in (target or "", suite or ""):
-        for word, backend in BACKENDS.items():
-            if word in text.lower():
-                return backend
+def backend_of(suite: str, target: str, test: str = "") -> str:
+    """The backend a result belongs to (the catalogue's names): QNN targets and suites are
+    `qualcomm`, an XNNPACK test or flow `xnnpack`, the rest `portable`."""
+    text = f"{suite} {target} {test}".lower()
+    if "qnn" in text or "qualcomm" in text or target.startswith("android"):
+        return "qualcomm"
+    if "xnnpack" in text:
+        return "xnnpack"
     return "portable"
 
 
@@ -238,7 +236,7 @@ class History:
         failures = [dict(
             run_id=run_id, repo=info.repo, pr=info.pr, sha=head,
             source=f"etriage:{v['suite']}@{v['target']}", test=v["test"], target=v["target"],
-            backend=backend_of(v["suite"], v["target"]), verdict=v["verdict"],
+            backend=backend_of(v["suite"], v["target"], v["test"]), verdict=v["verdict"],
             category=v["category"], rule=v["rule"], confidence=v["confidence"],
             fingerprint=v["fingerprint"], primary_line=v["primary_line"], line_no=v["line_no"],
             text=cluster_text(v["primary_line"] or v["title"] or v["test"]),
@@ -274,7 +272,7 @@ class History:
         for row in rows:
             result = conn.execute(self._insert(t).values(
                 run_id=run_id, repo=info.repo, sha=sha, suite=row["suite"], test=row["test"],
-                target=row["target"], backend=row.get("backend") or backend_of(row["suite"], row["target"]),
+                target=row["target"], backend=row.get("backend") or backend_of(row["suite"], row["target"], row["test"]),
                 outcome=row["outcome"], retries=row.get("retries", 0), duration=row.get("duration"),
                 at=at).on_conflict_do_nothing(index_elements=["run_id", "suite", "target", "test"])
                 .returning(t.c.id)).first()
@@ -288,7 +286,7 @@ class History:
         health = defaultdict(lambda: defaultdict(int))
         tests = defaultdict(lambda: [0, 0, 0])
         for row in rows:
-            backend = row.get("backend") or backend_of(row["suite"], row["target"])
+            backend = row.get("backend") or backend_of(row["suite"], row["target"], row["test"])
             outcome = row["outcome"]
             bucket = {"passed": "passed", "flaky": "flaky", "skipped": "skipped"}.get(outcome, "failed")
             health[(backend, row["target"])][bucket] += 1
@@ -473,3 +471,53 @@ def _owners(category: str) -> list[str]:
 def day_range(days: int, today: date | None = None) -> list[date]:
     today = today or _now().date()
     return [today - timedelta(days=i) for i in range(days - 1, -1, -1)]
+
+
+class BulkLoad:
+    """Many finished runs at once (the seeded database, imports): rows inserted in batches,
+    then clusters and statistics computed from the whole history, not run by run."""
+
+    def __init__(self, history: History):
+        self.h = history
+
+    def runs(self, conn, rows: list[dict]) -> list[int]:
+        t = self.h.t["triage_runs"]
+        ids = []
+        for start in range(0, len(rows), 2000):
+            ids += list(conn.execute(self.h._insert(t).returning(t.c.id, sort_by_parameter_order=True),
+                                     rows[start:start + 2000]).scalars())
+        return ids
+
+    def rows(self, conn, name: str, rows: list[dict]) -> None:
+        for start in range(0, len(rows), 5000):
+            conn.execute(self.h.t[name].insert(), rows[start:start + 5000])
+
+
+def rebuild_stats(history: History) -> None:
+    """Daily health and flaky statistics recomputed from every result (after a bulk load)."""
+    r, h, f = (history.t[n] for n in ("test_results", "health_daily", "flaky_stats"))
+    day = func.date(r.c.at) if history.engine.dialect.name == "sqlite" else func.cast(r.c.at, Date)
+    flaky = func.sum(func.cast(r.c.outcome == "flaky", Integer))
+    with history.engine.begin() as conn:
+        conn.execute(h.delete())
+        rows = conn.execute(select(
+            r.c.repo, r.c.backend, r.c.target, day.label("day"),
+            func.sum(func.cast(r.c.outcome == "passed", Integer)).label("passed"),
+            func.sum(func.cast(r.c.outcome.in_(("failed", "error")), Integer)).label("failed"),
+            flaky.label("flaky"), func.sum(func.cast(r.c.outcome == "skipped", Integer)).label("skipped"))
+            .group_by(r.c.repo, r.c.backend, r.c.target, day)).mappings().all()
+        if rows:
+            conn.execute(h.insert(), [dict(row, day=row["day"] if isinstance(row["day"], date)
+                                           else date.fromisoformat(row["day"])) for row in rows])
+        conn.execute(f.delete())
+        stats = conn.execute(select(
+            r.c.repo, r.c.test, r.c.target, func.count().label("runs"),
+            func.sum(func.cast(r.c.outcome.in_(("failed", "error", "flaky")), Integer)).label("failures"),
+            flaky.label("flaky"),
+            func.max(case((r.c.outcome == "flaky", r.c.at))).label("last_flaky_at"),
+            func.max(case((r.c.outcome == "flaky", r.c.run_id))).label("last_flaky_run"))
+            .where(r.c.outcome != "skipped").group_by(r.c.repo, r.c.test, r.c.target)).mappings().all()
+        now = _now()
+        BulkLoad(history).rows(conn, "flaky_stats", [dict(
+            s, last_flaky_at=_as_utc(s["last_flaky_at"]), rate=s["flaky"] / s["runs"],
+            lower=wilson_lower_bound(s["flaky"], s["runs"]), updated_at=now) for s in stats])
