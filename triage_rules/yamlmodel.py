@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Union
 
 import yaml
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Strict, StrictBool, StrictInt,
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, PlainValidator, StrictBool, StrictInt,
                       StrictStr, TypeAdapter, ValidationError)
 
 Loc = tuple  # a path into the data: mapping keys and list indexes
@@ -43,7 +43,6 @@ class StrictModel(BaseModel):
 Str = StrictStr
 Int = StrictInt
 Bool = StrictBool
-Number = Annotated[float, Strict()]  # an int is a number too
 
 
 def _non_empty(text: str) -> str:
@@ -66,6 +65,13 @@ def _text(value: object) -> object:
     return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
 
+def _number(value: object) -> int | float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    raise ValueError("must be a number")
+
+
+Number = Annotated[int | float, PlainValidator(_number)]  # an int stays an int (60, not 60.0)
 Text = Annotated[StrictStr, AfterValidator(_non_empty)]  # non-empty, stripped
 Regex = Annotated[StrictStr, AfterValidator(_compile)]  # a compiled re.Pattern
 Arg = Annotated[StrictStr, BeforeValidator(_text)]

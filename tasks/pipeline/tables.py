@@ -1,6 +1,8 @@
-"""Load and validate the declarative tables in triage_rules/tables/*.yaml.
+"""The declarative tables in triage_rules/tables/*.yaml as the pipeline's records.
 
-Unknown keys are rejected with the file name, so a typo never silently turns a rule off.
+The files are read and validated by their models in `triage_rules.catalogue` (unknown keys,
+wrong types and bad values are errors with file and line, so a typo never silently turns a rule
+off); this module turns them into the frozen records the planner, builder and targets use.
 `load_tables(dir)` takes another directory for tests and for workers with their own recipes.
 """
 from __future__ import annotations
@@ -9,13 +11,13 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-import yaml
+from triage_rules import catalogue
+from triage_rules.catalogue import TableError
 
-DEFAULT_DIR = Path(__file__).resolve().parents[2] / "triage_rules" / "tables"
+__all__ = ["DEFAULT_DIR", "TableError", "Area", "Suite", "Selection", "Recipe", "TargetSpec", "Tables",
+           "load_tables"]
 
-
-class TableError(ValueError):
-    """A table file is missing, malformed or has unknown keys."""
+DEFAULT_DIR = catalogue.TABLES
 
 
 @dataclass(frozen=True)
@@ -99,89 +101,25 @@ class Tables:
     source: str = field(default="", compare=False)
 
 
-def _read(path: Path, top_keys: set[str]) -> dict:
-    if not path.is_file():
-        raise TableError(f"{path}: table file missing")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise TableError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise TableError(f"{path}: expected a mapping at the top level")
-    _check_keys(path, "top level", data, top_keys)
-    return data
-
-
-def _check_keys(path: Path, where: str, data: dict, allowed: set[str], required=()) -> None:
-    if not isinstance(data, dict):
-        raise TableError(f"{path}: {where}: expected a mapping")
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise TableError(f"{path}: {where}: unknown key(s) {', '.join(unknown)}")
-    missing = [k for k in required if k not in data]
-    if missing:
-        raise TableError(f"{path}: {where}: missing key(s) {', '.join(missing)}")
-
-
-def _tuple(value) -> tuple:
-    return tuple(value or ())
-
-
-def _fields_of(cls) -> set[str]:
-    return set(cls.__dataclass_fields__) - {"name"}
-
-
 def load_tables(directory: Path | str | None = None) -> Tables:
     root = Path(directory) if directory else DEFAULT_DIR
-    areas_file, suites_file = root / "areas.yaml", root / "suites.yaml"
-    recipes_file, targets_file = root / "recipes.yaml", root / "targets.yaml"
+    areas = catalogue.read_table("areas.yaml", root)
+    suites = catalogue.read_table("suites.yaml", root)
+    recipes = catalogue.read_table("recipes.yaml", root)
+    targets = catalogue.read_table("targets.yaml", root)  # its `devices` are the catalogue's
+    return Tables(
+        backends=areas.backends,
+        areas=tuple(Area(**_written(area)) for area in areas.areas),
+        category_paths=dict(areas.category_paths),
+        suites={name: Suite(name=name, **_written(suite)) for name, suite in suites.suites.items()},
+        selection=Selection(**_written(suites.selection)) if suites.selection else Selection(),
+        recipes={name: Recipe(name=name, **_written(recipe)) for name, recipe in recipes.recipes.items()},
+        targets={name: TargetSpec(name=name, **_written(target)) for name, target in targets.targets.items()},
+        source=str(root),
+    )
 
-    raw = _read(areas_file, {"backends", "areas", "category_paths"})
-    backends_all = _tuple(raw.get("backends"))
-    areas = []
-    for i, entry in enumerate(raw.get("areas") or []):
-        _check_keys(areas_file, f"areas[{i}]", entry, {"name", "patterns", "backends", "docs"},
-                    required=("name", "patterns"))
-        backends = entry.get("backends", ())
-        if not isinstance(backends, str):
-            backends = _tuple(backends)
-        elif backends not in ("all", "from_path"):
-            raise TableError(f"{areas_file}: areas[{i}]: backends must be a list, 'all' or 'from_path'")
-        areas.append(Area(entry["name"], _tuple(entry["patterns"]), backends, bool(entry.get("docs"))))
-    category_paths = {k: _tuple(v) for k, v in (raw.get("category_paths") or {}).items()}
 
-    raw = _read(suites_file, {"suites", "selection"})
-    suites = {}
-    for name, entry in (raw.get("suites") or {}).items():
-        _check_keys(suites_file, f"suites.{name}", entry, _fields_of(Suite), required=("kind", "backends"))
-        if entry["kind"] not in ("pytest", "probes", "qnn", "selected"):
-            raise TableError(f"{suites_file}: suites.{name}: unknown kind {entry['kind']!r}")
-        suites[name] = Suite(name=name, **{k: (_tuple(v) if isinstance(v, list) else v)
-                                            for k, v in entry.items()})
-    selection_raw = raw.get("selection") or {}
-    _check_keys(suites_file, "selection", selection_raw, set(Selection.__dataclass_fields__))
-    selection = Selection(**{k: (_tuple(v) if isinstance(v, list) else v)
-                             for k, v in selection_raw.items()})
-
-    raw = _read(recipes_file, {"recipes"})
-    recipes = {}
-    for name, entry in (raw.get("recipes") or {}).items():
-        _check_keys(recipes_file, f"recipes.{name}", entry, _fields_of(Recipe), required=("kind", "inputs"))
-        if entry["kind"] not in ("overlay", "cmake"):
-            raise TableError(f"{recipes_file}: recipes.{name}: unknown kind {entry['kind']!r}")
-        values = dict(entry)
-        values["inputs"] = _tuple(values["inputs"])
-        values["backends"] = _tuple(values.get("backends"))
-        values["commands"] = tuple(tuple(str(a) for a in c) for c in values.get("commands") or ())
-        recipes[name] = Recipe(name=name, **values)
-
-    raw = _read(targets_file, {"targets", "devices"})  # devices: the catalogue's (triage_rules/catalogue.py)
-    targets = {}
-    for name, entry in (raw.get("targets") or {}).items():
-        _check_keys(targets_file, f"targets.{name}", entry, _fields_of(TargetSpec),
-                    required=("kind", "backends", "suite_kinds"))
-        targets[name] = TargetSpec(name=name, **{k: (_tuple(v) if isinstance(v, list) else v)
-                                                 for k, v in entry.items()})
-
-    return Tables(backends_all, tuple(areas), category_paths, suites, selection, recipes, targets,
-                  source=str(root))
+def _written(model) -> dict:
+    """The fields a table entry sets, validated; the record's own defaults fill in the rest (a
+    model field and its record field share the name)."""
+    return {name: getattr(model, name) for name in model.model_fields_set}
