@@ -1,7 +1,7 @@
 """POST /webhook: verify, route, record the delivery once, enqueue; answer in milliseconds.
 
 Order matters: the body size is checked before the body is read, the signature before the JSON
-is parsed, and the delivery id is claimed in Redis (SET NX) before anything is enqueued.
+is parsed, and the delivery id is claimed in Redis in the same step that enqueues the work.
 
 | answer | when |
 | --- | --- |
@@ -11,14 +11,17 @@ is parsed, and the delivery id is claimed in Redis (SET NX) before anything is e
 | 400 | missing X-GitHub-Event / X-GitHub-Delivery, malformed or too deeply nested JSON, payload |
 |     | lacks a field the router reads or has it with the wrong type |
 | 401 | X-Hub-Signature-256 missing or not made with any configured secret |
-| 409 in_progress | the same delivery id is being enqueued by another request right now |
+| 409 in_progress | the delivery id holds a "pending" claim (taken by an older etriage, or by a |
+|     | dispatcher that cannot claim atomically, that has not finished) |
 | 413 | body larger than max_body_bytes |
 | 503 unavailable | Redis or the broker is down: the delivery is NOT marked as processed, so
 |     | GitHub's redelivery (manual or API) is processed normally |
 
-A claim is first written as "pending" with a short expiry and becomes "done" (kept for
-delivery_ttl_seconds) only after the enqueue succeeded. If the enqueue fails the claim is
-deleted; if even the delete fails (Redis gone), the pending claim expires by itself.
+The publisher claims the delivery id ("done", kept for delivery_ttl_seconds) and queues the work
+in one Redis round trip (a server-side script): either both happen or neither, so a failure
+leaves nothing to release and a redelivery is processed normally. A dispatcher injected for
+tests that cannot claim (no `claims_atomically`) gets the older three steps: a "pending" claim
+with a short expiry, the enqueue, then "done"; a failed enqueue deletes the claim.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from flask import Blueprint, request
 from kombu.exceptions import OperationalError as BrokerError
 
 from bot import routing
+from bot.publisher import Claim, Claimed
 from bot.services import Services, answer, services
 
 log = logging.getLogger(__name__)
@@ -102,6 +106,20 @@ def _enqueue_once(svc: Services, delivery: str, job: routing.Enqueue):
     key = f"etriage:delivery:{delivery}"
     dispatcher = svc.dispatcher  # an import error here is a 500 before anything is claimed
     enqueue_errors = (getattr(dispatcher, "DispatchError", BrokerError), BrokerError, redis.RedisError)
+    if not getattr(dispatcher, "claims_atomically", False):
+        return _claim_then_enqueue(svc, dispatcher, key, delivery, job, enqueue_errors)
+    try:
+        getattr(dispatcher, job.task)(*job.args, claim=Claim(key, svc.settings.delivery_ttl_seconds), **job.kwargs)
+    except Claimed as claimed:
+        return _already(delivery, claimed.state)
+    except enqueue_errors as error:
+        log.error("delivery %s: enqueue of %s failed: %s", delivery, job.task, error)
+        return _unavailable(f"cannot enqueue {job.task}: {error}")
+    log.info("delivery %s queued: %s", delivery, job.summary)
+    return answer(202, "queued", job.summary, task=job.task)
+
+
+def _claim_then_enqueue(svc: Services, dispatcher, key: str, delivery: str, job: routing.Enqueue, enqueue_errors):
     try:
         claimed = svc.redis.set(key, "pending", nx=True, ex=PENDING_CLAIM_SECONDS)
         state = None if claimed else svc.redis.get(key)
@@ -109,9 +127,7 @@ def _enqueue_once(svc: Services, delivery: str, job: routing.Enqueue):
         log.error("delivery %s: cannot claim it in Redis: %s", delivery, error)
         return _unavailable(f"cannot record the delivery, Redis is unavailable ({type(error).__name__})")
     if not claimed:
-        if state == b"done":
-            return answer(200, "duplicate", f"delivery {delivery} was already processed")
-        return answer(409, "in_progress", f"delivery {delivery} is being processed; redeliver later if it fails")
+        return _already(delivery, (state or b"").decode())
 
     try:
         getattr(dispatcher, job.task)(*job.args, **job.kwargs)
@@ -130,6 +146,12 @@ def _enqueue_once(svc: Services, delivery: str, job: routing.Enqueue):
         log.warning("delivery %s: queued, but could not mark it done: %s", delivery, error)
     log.info("delivery %s queued: %s", delivery, job.summary)
     return answer(202, "queued", job.summary, task=job.task)
+
+
+def _already(delivery: str, state: str):
+    if state == "done":
+        return answer(200, "duplicate", f"delivery {delivery} was already processed")
+    return answer(409, "in_progress", f"delivery {delivery} is being processed; redeliver later if it fails")
 
 
 def _release(svc: Services, key: str) -> None:

@@ -343,13 +343,3 @@ def test_healthz_is_503_when_redis_does_not(dispatcher, unused_redis_url):
     assert response.json["status"] == "unavailable"
     assert response.json["detail"].startswith("redis: ")
 
-
-@pytest.fixture
-def unused_redis_url() -> str:
-    """A port nothing listens on: connections are refused at once, like a Redis that is down."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"redis://127.0.0.1:{port}/0"
