@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tasks.pipeline import gitio, overlay
+from tasks.pipeline import gitio, native, overlay
 from tasks.pipeline.sandbox import Sandbox, run_logged, scrubbed_env
 from tasks.pipeline.tables import Recipe, Tables
 from tasks.records import BuildResult, ChangedFile
@@ -132,16 +132,20 @@ def build_commit(ws: Workspace, tables: Tables, commit: str, changes: list[Chang
             progress(f"build {name}: skipped ({recipe.disabled_reason})")
             continue
         progress(f"build {name} at {commit[:12]} ...")
-        status, build_dir, failures, excerpt, hit = run_cmake_recipe(ws, recipe, commit, classify)
-        result.build_dirs[name] = build_dir
-        if hit:
+        spec = native.BuildSpec(ws.repo, ws.data_dir, ws.run_dir, ws.python, ws.sandbox, ws.jobs,
+                                ws.build_timeout, ws.use_cache, ws.tool_env)
+        built, failures = native.build(spec, recipe, commit, classify, progress=progress)
+        progress(f"build {built.summary()}")
+        result.reason = "; ".join(filter(None, [result.reason, built.summary()]))
+        if built.status == "not_run":
+            continue
+        result.build_dirs[name] = built.artifacts_dir
+        if built.cached:
             result.cache_hits.append(name)
-        progress(f"build {name}: {status}{' (cached)' if hit else ''}")
-        if status != "ok":
+        if built.status != "ok":
             result.status = "failed"
             result.failures.extend(failures)
-            result.log_excerpt = excerpt
-            result.reason = "; ".join(filter(None, [result.reason, f"{name} failed"]))
+            result.log_excerpt = built.log[-4000:]
             break
     result.seconds = round(time.monotonic() - start, 2)
     return result

@@ -47,7 +47,9 @@ def suites_for(backends: set[str], tables: Tables, only: list[str] | None,
 def recipes_for(files: list[ChangedFile], backends: set[str], tables: Tables) -> list[str]:
     chosen = []
     for recipe in tables.recipes.values():
-        touched = [f for f in files if recipe.covers(f.path) or (f.old_path and recipe.covers(f.old_path))]
+        # the overlay takes what it covers; a cmake recipe what its `paths` say rebuilds it
+        hit = recipe.triggered_by if recipe.kind == "cmake" else recipe.covers
+        touched = [f for f in files if hit(f.path) or (f.old_path and hit(f.old_path))]
         if not touched:
             continue
         if recipe.kind == "cmake" and recipe.backends and not backends & set(recipe.backends):
@@ -107,6 +109,12 @@ def plan_change(repo, base: str, head: str, tables: Tables, *,
                      + "the tests selected for this change run where they can (those needing an absent "
                        "SDK, package or device are listed as not run)")
     recipe_names = recipes_for(files, backends, tables) if suite_names else []
+    native = [r for r in recipe_names if tables.recipes[r].kind == "cmake"]
+    idle = [t for t in target_names if tables.targets[t].native and not native]
+    if idle and not targets:  # asked for by name, a native target says itself why it did not run
+        target_names = [t for t in target_names if t not in idle]
+        if suite_names:
+            notes.append(f"no native change: {', '.join(idle)} not needed (nothing to rebuild)")
     return Plan(base=base_sha, head=head_sha, merge_base=merge_base, changed_files=files,
                 areas=areas, backends=sorted(backends), suites=suite_names,
                 targets=target_names, recipes=recipe_names, docs_only=docs_only, notes=notes)

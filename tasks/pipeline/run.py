@@ -139,7 +139,7 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
     _note_budget_skips(plan, head_results)
 
     # 2. merge base: only head's failures that need it (or the cache answers)
-    base_build = build_commit(ws, tables, plan.merge_base, [], [], classify, progress)
+    base_build = build_commit(ws, tables, plan.merge_base, [], plan.recipes, classify, progress)  # native: cached per key
     base_results, base_runs, complete = base.base_outcomes(
         ws, targets, plan, head_runs, head_results, failures, base_build,
         full_base=options.full_base, progress=progress, record_durations=record_durations)

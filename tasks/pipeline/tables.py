@@ -73,6 +73,12 @@ class Recipe:
     disabled_reason: str = ""
     backends: tuple[str, ...] = ()
     commands: tuple[tuple[str, ...], ...] = ()
+    paths: tuple[str, ...] = ()  # cmake: changed paths that rebuild it (the planner); empty: `inputs`
+    artifacts: tuple[str, ...] = ()  # cmake: files kept from the build folder (tasks/pipeline/native.py)
+    requires_env: tuple[str, ...] = ()  # cmake: variables the worker must set, else not run
+
+    def triggered_by(self, path: str) -> bool:
+        return any(fnmatchcase(path, p) for p in self.paths or self.inputs)
 
     def covers(self, path: str) -> bool:
         return any(fnmatchcase(path, p) for p in self.inputs)
@@ -87,6 +93,7 @@ class TargetSpec:
     description: str = ""
     requires_env: str = ""
     queue: str = "build"  # the Celery queue whose workers run it (bot.queues.target_queue)
+    native: bool = False  # runs the change's native build: planned only when a cmake recipe is
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tasks.pipeline import suites as suite_runner
+from tasks.pipeline.native_target import HostNativeTarget
 from tasks.pipeline.sandbox import run_logged, scrubbed_env
 from tasks.pipeline.suites import SuiteRun
 from tasks.pipeline.tables import Suite, TargetSpec
@@ -151,7 +152,7 @@ class QnnSimTarget(HostTarget):
         return result
 
 
-KINDS = {"host": HostTarget, "qnn-sim": QnnSimTarget}
+KINDS = {"host": HostTarget, "qnn-sim": QnnSimTarget, "host-native": HostNativeTarget}
 
 
 def make_target(spec: TargetSpec, tool_env: dict[str, str]):

@@ -60,10 +60,15 @@ CASES = [
      ["xnnpack"], ["index_put"], ["qnn"], ["overlay"], False),
     ("delete", delete("exir/backend/backend_api.py"), ["portable", "qualcomm", "xnnpack"],
      ["multi_method"], [], ["overlay"], False),
+    # a top-level CMake file is in every recipe's build; a runtime .cpp only in the portable one
     ("cmake", write("CMakeLists.txt", "project(x)\n"), ["portable", "qualcomm", "xnnpack"],
-     ["multi_method"], [], ["cmake-host"], False),
+     ["multi_method"], [], ["portable", "xnnpack", "qnn"], False),
     ("cpp", write("runtime/core/evalue.cpp", "int x;\n"), ["portable", "qualcomm", "xnnpack"],
-     ["multi_method"], [], ["cmake-host"], False),
+     ["multi_method"], [], ["portable"], False),
+    ("xnnpack-cpp", write("backends/xnnpack/runtime/XNNCompiler.cpp", "int x;\n"), ["xnnpack"],
+     ["multi_method"], [], ["xnnpack"], False),
+    ("qnn-cpp", write("backends/qualcomm/runtime/QnnManager.cpp", "int x;\n"), ["qualcomm"],
+     ["multi_method"], [], ["qnn"], False),
     # Python outside the backends that have suites: only the tests selected for it, per test
     ("examples", write("examples/demo.py"), [], ["selected"], ["multi_method"], ["overlay"], False),
     ("arm", write("backends/arm/tosa/partitioner.py"), [], ["selected"], ["multi_method", "probes"],

@@ -1,0 +1,456 @@
+"""Native rebuilds: a change's C++ built incrementally, with a shared compiler cache.
+
+Layout under the data directory (docs/NATIVE.md says why each piece is where it is):
+
+    <data>/native/ccache/                         the compiler cache every build shares (CCACHE_DIR)
+    <data>/native/<repo>/src/executorch/          ONE source checkout per repository, moved from
+                                                  commit to commit by writing only the files that
+                                                  differ, so unchanged files keep their mtimes
+    <data>/native/<repo>/src.json                 the commit the checkout holds
+    <data>/native/<repo>/build/<recipe>-<toolchain>/       a configured build folder per (recipe, toolchain)
+    <data>/native/<repo>/build/<recipe>-<toolchain>.json   what it was configured with
+    <data>/build-cache/<recipe>-<toolchain>-<key>/         the artifacts (executor_runner) of one build
+
+<repo> is the repository's root commit: every clone of one project shares a checkout. <key>
+hashes the recipe, the toolchain and the blob ids of every file the recipe's `inputs` cover, so
+the merge base, built once, is never built again. CCACHE_BASEDIR is <data>/native: compiler
+command lines hold paths relative to the build folder, identical in every repository's folder.
+
+A build folder configured from another source directory, toolchain or recipe flags, or whose
+CMakeCache.txt does not parse, is removed and configured from scratch (the report says why).
+Every build command runs in the sandbox (tasks.pipeline.sandbox.run_logged): the checkout is
+read-only there, the build folder and the compiler cache writable, no network.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import tarfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tasks.pipeline import gitio
+from tasks.pipeline.sandbox import run_logged, scrubbed_env
+from tasks.pipeline.tables import Recipe
+
+CACHE_MAX_SIZE = "5G"
+AARCH64_TOOLCHAIN = """\
+set(CMAKE_SYSTEM_NAME Linux)
+set(CMAKE_SYSTEM_PROCESSOR aarch64)
+set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)
+set(CMAKE_CXX_COMPILER aarch64-linux-gnu-g++)
+set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu)
+set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
+set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
+"""
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """What compiles: `host` (the machine's g++) or a cross compiler via a CMake toolchain file."""
+
+    name: str
+    toolchain_file: str = ""  # the file's text; written under <data>/native/toolchains/
+
+    def cmake_args(self, native_dir: Path) -> list[str]:
+        if not self.toolchain_file:
+            return []
+        path = native_dir / "toolchains" / f"{self.name}.cmake"
+        if not path.is_file() or path.read_text() != self.toolchain_file:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(self.toolchain_file)
+        return [f"-DCMAKE_TOOLCHAIN_FILE={path}"]
+
+
+TOOLCHAINS = {"host": Toolchain("host"), "aarch64-linux-gnu": Toolchain("aarch64-linux-gnu", AARCH64_TOOLCHAIN)}
+
+
+@dataclass
+class NativeBuild:
+    """One recipe built at one commit: what happened, where the artifacts are, what it cost."""
+
+    recipe: str
+    toolchain: str
+    commit: str
+    status: str  # ok | failed | not_run
+    artifacts_dir: str = ""
+    reason: str = ""
+    log: str = ""  # the failed step's log, paths relative to the source root
+    cached: bool = False  # artifacts from <data>/build-cache: nothing was built
+    fresh_folder: str = ""  # why the build folder was configured from scratch ("" when reused)
+    steps: dict[str, float] = field(default_factory=dict)  # checkout, configure, build, ... -> seconds
+    compiled: list[str] = field(default_factory=list)  # sources the compiler really compiled
+    from_ccache: list[str] = field(default_factory=list)  # sources the compiler cache answered
+    ccache: dict[str, int] = field(default_factory=dict)  # counters of this build's compilations
+
+    def summary(self) -> str:
+        if self.status == "not_run":
+            return f"{self.recipe} ({self.toolchain}): not run ({self.reason})"
+        if self.cached:
+            return f"{self.recipe} ({self.toolchain}) at {self.commit[:12]}: from the build cache"
+        steps = ", ".join(f"{k} {v:.1f} s" for k, v in self.steps.items())
+        hits, total = len(self.from_ccache), len(self.from_ccache) + len(self.compiled)
+        rate = f", compiler cache {hits}/{total} hits" if total else ", nothing to compile"
+        fresh = f"; fresh build folder: {self.fresh_folder}" if self.fresh_folder else ""
+        return f"{self.recipe} ({self.toolchain}) at {self.commit[:12]}: {self.status} ({steps}{rate}){fresh}"
+
+
+def native_dir(data_dir: Path) -> Path:
+    return Path(data_dir) / "native"
+
+
+def repo_id(repo: Path, commit: str) -> str:
+    roots = sorted(gitio.git(repo, "rev-list", "--max-parents=0", commit).split())
+    return hashlib.sha256(" ".join(roots).encode()).hexdigest()[:12]
+
+
+def build_key(repo: Path, recipe: Recipe, toolchain: Toolchain, commit: str) -> str:
+    tree = gitio.git(repo, "ls-tree", "-r", "-z", "--full-tree", commit)
+    inputs = []
+    for rec in tree.split("\0"):
+        if rec:
+            meta, path = rec.split("\t", 1)
+            if recipe.covers(path) or meta.startswith("160000"):  # submodules: their commits
+                inputs.append((path, meta.split()[2]))
+    payload = json.dumps({"recipe": recipe.name, "commands": recipe.commands, "artifacts": recipe.artifacts,
+                          "toolchain": [toolchain.name, toolchain.toolchain_file], "inputs": sorted(inputs)})
+    return hashlib.sha256(payload.encode()).hexdigest()[:20]
+
+
+@contextmanager
+def locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# ---- the source checkout -----------------------------------------------------------------
+
+def sync_checkout(repo: Path, commit: str, src: Path, state_path: Path) -> str:
+    """Make `src` hold `commit`'s files; returns how ("unchanged", "N file(s) written", "exported").
+
+    Only files that differ are written, so the build system rebuilds only what changed. An
+    unknown or interrupted state (no state file, a commit this repository lacks, a sync that
+    died half-way) exports the whole tree again."""
+    state = _read_json(state_path)
+    old = state.get("commit", "")
+    if old == commit and state.get("complete") and src.is_dir():
+        return "unchanged"
+    known = bool(old) and state.get("complete") and src.is_dir() and _has_commit(repo, old)
+    state_path.write_text(json.dumps({"commit": commit, "complete": False}))
+    if known:
+        how = _apply_diff(repo, old, commit, src)
+    else:
+        if src.exists():
+            shutil.rmtree(src)
+        _export(repo, commit, src)
+        how = "exported"
+    state_path.write_text(json.dumps({"commit": commit, "complete": True}))
+    return how
+
+
+def _has_commit(repo: Path, commit: str) -> bool:
+    try:
+        gitio.git(repo, "cat-file", "-e", f"{commit}^{{commit}}")
+        return True
+    except gitio.GitError:
+        return False
+
+
+def _export(repo: Path, commit: str, dest: Path) -> None:
+    """git archive of the commit, then each submodule from the clone's own checkout of it."""
+    dest.mkdir(parents=True)
+    _untar(gitio.git(repo, "archive", "--format=tar", commit, binary=True), dest)
+    for path, sha in _submodules(repo, commit).items():
+        _export_submodule(repo, path, sha, dest)
+
+
+def _untar(data: bytes, dest: Path) -> None:
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(dest, filter="data")
+
+
+def _submodules(repo: Path, commit: str, paths: list[str] | None = None) -> dict[str, str]:
+    out = gitio.git(repo, "ls-tree", "-r", "-z", "--full-tree", commit, *(["--", *paths] if paths else []))
+    mods = {}
+    for rec in out.split("\0"):
+        if rec.startswith("160000 "):
+            meta, path = rec.split("\t", 1)
+            mods[path] = meta.split()[2]
+    return mods
+
+
+def _export_submodule(repo: Path, path: str, sha: str, dest: Path) -> None:
+    target = dest / path
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    try:
+        _untar(gitio.git(repo / path, "archive", "--format=tar", sha, binary=True), target)
+    except gitio.GitError as exc:  # not checked out in the clone: the build says what is missing
+        (target / ".etriage-missing-submodule").write_text(f"{path} at {sha}: {exc}\n")
+
+
+def _apply_diff(repo: Path, old: str, new: str, src: Path) -> str:
+    raw = gitio.git(repo, "diff", "--raw", "-z", "--no-renames", "--no-abbrev", old, new)
+    fields = raw.split("\0")
+    writes, deletes, modules = [], [], []
+    i = 0
+    while i + 1 < len(fields):
+        meta, path = fields[i], fields[i + 1]
+        i += 2
+        old_mode, new_mode, _, new_sha, status = meta.lstrip(":").split()
+        if status == "D":
+            deletes.append(path)
+        elif new_mode == "160000":
+            modules.append(path)
+        else:
+            if old_mode == "160000":
+                deletes.append(path)
+            writes.append((path, new_mode, new_sha))
+    for path in deletes:
+        target = src / path
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        elif target.exists() or target.is_symlink():
+            target.unlink()
+    blobs = gitio.cat_blobs(repo, [sha for _, _, sha in writes]) if writes else {}
+    for path, mode, sha in writes:
+        target = src / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink() or target.exists():
+            target.unlink()
+        if mode == "120000":
+            target.symlink_to(blobs[sha].decode())
+        else:
+            target.write_bytes(blobs[sha])
+            target.chmod(0o755 if mode == "100755" else 0o644)
+    for path, sha in _submodules(repo, new, modules).items():
+        _export_submodule(repo, path, sha, src)
+    return f"{len(writes)} file(s) written, {len(deletes)} removed, {len(modules)} submodule(s) moved"
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+# ---- the build folder ----------------------------------------------------------------------
+
+def read_cmake_cache(path: Path) -> dict[str, str]:
+    """KEY -> value of a CMakeCache.txt; ValueError when a line is not `KEY:TYPE=VALUE`."""
+    values = {}
+    for n, line in enumerate(path.read_text(errors="strict").splitlines(), 1):
+        if not line.strip() or line.startswith(("#", "//")):
+            continue
+        m = re.match(r"^([^:=\s][^:=]*):([A-Z_]+)=(.*)$", line) or re.match(r'^"([^"]+)":([A-Z_]+)=(.*)$', line)
+        if not m:
+            raise ValueError(f"{path}:{n}: not a cache entry: {line[:80]!r}")
+        values[m.group(1)] = m.group(3)
+    return values
+
+
+def _cmake_bool(value: str) -> str:
+    v = value.strip().upper()
+    return "ON" if v in ("ON", "1", "YES", "TRUE", "Y") else "OFF" if v in ("OFF", "0", "NO", "FALSE", "N", "") else value
+
+
+def foreign_reason(build: Path, src: Path, configure: list[str]) -> str:
+    """Why `build` cannot be reused for this source dir and configure command ("" if it can)."""
+    cache = build / "CMakeCache.txt"
+    if not build.exists():
+        return "no build folder yet"
+    if not cache.is_file():
+        return "the build folder has no CMakeCache.txt"
+    try:
+        values = read_cmake_cache(cache)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return f"its CMakeCache.txt does not parse ({exc})"
+    home = values.get("CMAKE_HOME_DIRECTORY") or values.get("ExecuTorch_SOURCE_DIR", "")
+    if Path(home) != src:
+        return f"it was configured from another source directory ({home or 'unknown'})"
+    for arg in configure:
+        m = re.match(r"^-D([A-Za-z0-9_]+)(?::[A-Z]+)?=(.*)$", arg)
+        if not m:
+            continue
+        key, want = m.groups()
+        have = values.get(key)
+        if have is None:
+            if key == "CMAKE_TOOLCHAIN_FILE":
+                return "it was configured with another toolchain (none)"
+            return f"it was configured without {key}"
+        if have != want and _cmake_bool(have) != _cmake_bool(want):
+            what = "toolchain" if key == "CMAKE_TOOLCHAIN_FILE" else "recipe flag"
+            return f"it was configured with another {what}: {key}={have} (wants {want})"
+    if "CMAKE_TOOLCHAIN_FILE" in values and not any(a.startswith("-DCMAKE_TOOLCHAIN_FILE") for a in configure):
+        return f"it was configured with another toolchain ({values['CMAKE_TOOLCHAIN_FILE']})"
+    if not (build / "build.ninja").is_file() and not (build / "Makefile").is_file():
+        return "its configure step never finished (no build.ninja or Makefile)"
+    return ""
+
+
+# ---- building --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """Where and with what: the workspace's parts a native build needs."""
+
+    repo: Path
+    data_dir: Path
+    run_dir: Path
+    python: str
+    sandbox: object
+    jobs: int = 2
+    timeout: float = 3600
+    use_cache: bool = True
+    tool_env: tuple[tuple[str, str], ...] = ()
+
+
+def build(spec: BuildSpec, recipe: Recipe, commit: str, classify, toolchain: Toolchain = TOOLCHAINS["host"],
+          progress=lambda msg: None) -> tuple[NativeBuild, list]:
+    """Build `recipe` at `commit` -> (NativeBuild, the engine's failures of a failed build)."""
+    result = NativeBuild(recipe.name, toolchain.name, commit, "ok")
+    missing = [k for k in recipe.requires_env if not dict(spec.tool_env).get(k)]
+    if missing:
+        result.status, result.reason = "not_run", f"needs {', '.join(missing)} on this worker"
+        return result, []
+    start = time.monotonic()
+    root = native_dir(spec.data_dir)
+    key = build_key(spec.repo, recipe, toolchain, commit)
+    artifacts = Path(spec.data_dir) / "build-cache" / f"{recipe.name}-{toolchain.name}-{key}"
+    result.steps["key"] = round(time.monotonic() - start, 2)
+    if spec.use_cache and (artifacts / "build.json").is_file():
+        result.cached, result.artifacts_dir = True, str(artifacts)
+        return result, []
+    repo_dir = root / repo_id(spec.repo, commit)
+    src = repo_dir / "src" / "executorch"  # CMake wants the folder named executorch
+    folder = repo_dir / "build" / f"{recipe.name}-{toolchain.name}"
+    ccache_dir = root / "ccache"
+    ccache_dir.mkdir(parents=True, exist_ok=True)
+    with locked(repo_dir / ".lock"):
+        t = time.monotonic()
+        how = sync_checkout(spec.repo, commit, src, repo_dir / "src.json")
+        result.steps["checkout"] = round(time.monotonic() - t, 2)
+        progress(f"native {recipe.name}: checkout at {commit[:12]}: {how}")
+        values = {"src": str(src), "build": str(folder), "jobs": str(spec.jobs), "python": spec.python}
+        commands = [_expand(c, values, toolchain.cmake_args(root)) for c in recipe.commands]
+        configure, build_steps = commands[0], commands[1:]
+        result.fresh_folder = foreign_reason(folder, src, configure)
+        if result.fresh_folder:
+            if folder.exists():
+                shutil.rmtree(folder)
+            folder.mkdir(parents=True)
+        statslog = spec.run_dir / "native" / f"ccache-{recipe.name}-{commit[:12]}.log"
+        statslog.parent.mkdir(parents=True, exist_ok=True)
+        statslog.write_text("")
+        env = scrubbed_env(spec.run_dir, sandbox=spec.sandbox, python=spec.python, pass_through=dict(spec.tool_env),
+                           extra={"CCACHE_DIR": str(ccache_dir), "CCACHE_BASEDIR": str(root),
+                                  "CCACHE_MAXSIZE": CACHE_MAX_SIZE, "CCACHE_STATSLOG": str(statslog),
+                                  "CMAKE_C_COMPILER_LAUNCHER": "ccache", "CMAKE_CXX_COMPILER_LAUNCHER": "ccache",
+                                  "CMAKE_BUILD_PARALLEL_LEVEL": str(spec.jobs)})
+        steps = ([("configure", configure)] if result.fresh_folder else []) + \
+            [(f"build{'' if i == 0 else i + 1}", c) for i, c in enumerate(build_steps)]
+        for name, cmd in steps:
+            t = time.monotonic()
+            done = run_logged(cmd, cwd=folder, env=env, log_path=spec.run_dir / "native" /
+                              f"{recipe.name}-{commit[:12]}-{name}.log", timeout=spec.timeout,
+                              sandbox=spec.sandbox, python=spec.python, readable=[src],
+                              writable=[folder, ccache_dir], outputs=[statslog])
+            result.steps[name] = round(time.monotonic() - t, 2)
+            progress(f"native {recipe.name}: {name} {'ok' if done.returncode == 0 else 'FAILED'} "
+                     f"in {done.seconds:.1f} s")
+            if done.returncode != 0:
+                _read_stats(result, statslog, src)
+                text = relative_paths(done.log_path.read_text(errors="replace"), src)
+                if done.limit:
+                    text += f"\n[etriage] stopped at the sandbox's {done.limit}\n"
+                result.status, result.log = "failed", text
+                result.reason = f"{recipe.name}: {name} failed" + (f" ({done.limit})" if done.limit else "")
+                if name == "configure":  # never reuse a half-configured folder
+                    shutil.rmtree(folder, ignore_errors=True)
+                return result, list(classify(text, job_name=f"build {recipe.name}", failed=True))
+        _read_stats(result, statslog, src)
+        t = time.monotonic()
+        result.artifacts_dir = str(_store(folder, recipe, artifacts, result, spec.use_cache))
+        result.steps["store"] = round(time.monotonic() - t, 2)
+    return result, []
+
+
+def _expand(command, values: dict[str, str], toolchain_args: list[str]) -> list[str]:
+    out = []
+    for arg in command:
+        if arg == "{toolchain}":
+            out += toolchain_args
+        else:
+            out.append(arg.format(**values))
+    return out
+
+
+def relative_paths(text: str, src: Path) -> str:
+    """Compiler messages name files relative to the source root (what the diff and the
+    annotations use): the checkout's absolute path and the ../../src/executorch/ that the
+    compiler cache's base dir makes both go."""
+    text = text.replace(f"{src}/", "")
+    return re.sub(r"(?:\.\./)+src/executorch/", "", text)
+
+
+def _read_stats(result: NativeBuild, statslog: Path, src: Path) -> None:
+    """ccache's stats log: "# <source>" then the counters of that compilation."""
+    counters: dict[str, int] = {}
+    current = ""
+    try:
+        lines = statslog.read_text(errors="replace").splitlines()
+    except OSError:
+        return
+    for line in lines:
+        if line.startswith("# "):
+            current = relative_paths(line[2:].strip(), src)
+            continue
+        name = line.strip()
+        if not name:
+            continue
+        counters[name] = counters.get(name, 0) + 1
+        if name in ("direct_cache_hit", "preprocessed_cache_hit"):
+            result.from_ccache.append(current)
+        elif name == "cache_miss":
+            result.compiled.append(current)
+    result.ccache = counters
+
+
+def _store(folder: Path, recipe: Recipe, artifacts: Path, result: NativeBuild, use_cache: bool) -> Path:
+    """Copy the recipe's artifacts out of the build folder (which the next commit rewrites)."""
+    tmp = artifacts.with_name(artifacts.name + f".tmp{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    for rel in recipe.artifacts:
+        shutil.copy2(folder / rel, tmp / Path(rel).name)
+    (tmp / "build.json").write_text(json.dumps({"recipe": recipe.name, "toolchain": result.toolchain,
+                                                "commit": result.commit, "steps": result.steps,
+                                                "compiled": len(result.compiled),
+                                                "from_ccache": len(result.from_ccache)}))
+    if not use_cache:
+        dest = artifacts.with_name(artifacts.name + f".run{os.getpid()}")
+        shutil.rmtree(dest, ignore_errors=True)
+        os.rename(tmp, dest)
+        return dest
+    try:
+        os.rename(tmp, artifacts)  # atomic; another run may have stored the same key first
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return artifacts

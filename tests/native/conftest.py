@@ -1,0 +1,81 @@
+"""Fixtures for native rebuilds on ExecuTorch v1.4.1's real sources (../shared/executorch-src/).
+
+The sources are unpacked once per session into a git repository whose base commit is
+deterministic (fixed author, dates and message), so its root commit, and with it the
+persistent checkout and configured build folder under the data directory, is the same in
+every session. The data directory holds the compiler cache: it lives under the user's
+cache (~/.cache/etriage/test-native, or $ETRIAGE_TEST_NATIVE_DIR), so the cold build
+(about 4 minutes) happens once per machine, not once per session.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TARBALL = ROOT.parent / "shared" / "executorch-src" / "executorch-v1.4.1-src.tar.xz"
+GIT_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LC_ALL": "C", "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_AUTHOR_NAME": "etriage", "GIT_AUTHOR_EMAIL": "etriage@example.invalid",
+           "GIT_COMMITTER_NAME": "etriage", "GIT_COMMITTER_EMAIL": "etriage@example.invalid",
+           "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
+TOOLS = ("cmake", "ninja", "ccache", "g++", "bwrap")
+
+
+def git(repo: Path, *args: str) -> str:
+    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, env=GIT_ENV)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+@dataclass
+class SourceRepo:
+    path: Path
+    base: str
+
+    def branch(self, name: str, edits: dict[str, "callable"]) -> str:
+        """Branch `name` from the base with each file rewritten by its function; its sha."""
+        git(self.path, "checkout", "-q", "-B", name, self.base)
+        try:
+            for rel, edit in edits.items():
+                path = self.path / rel
+                path.write_text(edit(path.read_text()))
+            git(self.path, "commit", "-q", "-a", "--no-gpg-sign", "-m", name)
+            return git(self.path, "rev-parse", "HEAD")
+        finally:
+            git(self.path, "reset", "-q", "--hard")
+            git(self.path, "checkout", "-q", "main")
+
+
+@pytest.fixture(scope="session")
+def native_tools():
+    missing = [t for t in TOOLS if not shutil.which(t)]
+    if missing:
+        pytest.skip(f"native rebuilds need {', '.join(missing)} (scripts/system-deps.sh)")
+    if not TARBALL.is_file():
+        pytest.skip(f"ExecuTorch's sources are not here ({TARBALL})")
+
+
+@pytest.fixture(scope="session")
+def source_repo(native_tools, tmp_path_factory) -> SourceRepo:
+    parent = tmp_path_factory.mktemp("executorch-src")
+    with tarfile.open(TARBALL) as tar:
+        tar.extractall(parent, filter="data")
+    repo = parent / "executorch"
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--no-gpg-sign", "-m", "ExecuTorch v1.4.1 sources")
+    return SourceRepo(repo, git(repo, "rev-parse", "HEAD"))
+
+
+@pytest.fixture(scope="session")
+def native_data() -> Path:
+    """Shared by every native test, every session: compiler cache, checkout, build folders."""
+    path = Path(os.environ.get("ETRIAGE_TEST_NATIVE_DIR") or Path.home() / ".cache" / "etriage" / "test-native")
+    path.mkdir(parents=True, exist_ok=True)
+    return path

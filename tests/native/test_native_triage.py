@@ -1,0 +1,101 @@
+"""Native changes triaged for real, through `etriage triage`, on ExecuTorch v1.4.1's sources:
+the change's C++ is rebuilt (portable recipe: runtime, portable kernels, executor_runner) in
+the sandbox with the shared compiler cache, and the rebuilt runner runs the probes' programs
+made by the change's Python (target host-native), compared with eager step by step."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.executorch
+
+OP_ADD = "kernels/portable/cpu/op_add.cpp"
+REAL_ADD = "return val_a + val_alpha * val_b;"
+
+
+def triage(source_repo, native_data, head, *extra):
+    proc = subprocess.run([sys.executable, "-m", "etriage.cli", "triage", "--repo", str(source_repo.path),
+                           "--base", "main", "--head", head, "--suite", "probes", "--target", "host-native",
+                           "--data-dir", str(native_data), "--format", "json", *extra],
+                          capture_output=True, text=True, timeout=3000)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout), proc.stderr
+
+
+def second(old: str, new: str):
+    """Replace the second occurrence (add_out's real-number branch; the first is complex)."""
+    def edit(text: str) -> str:
+        first = text.index(old)
+        at = text.index(old, first + 1)
+        return text[:at] + new + text[at + len(old):]
+    return edit
+
+
+def test_a_bug_in_a_portable_kernel_is_a_new_probe_failure_at_that_cpp(source_repo, native_data):
+    head = source_repo.branch("add-sign", {OP_ADD: second(REAL_ADD, "return val_a - val_alpha * val_b;")})
+    data, log = triage(source_repo, native_data, head)
+
+    assert data["plan"]["recipes"] == ["portable"], data["plan"]
+    assert data["build"]["status"] == "ok" and "portable (host)" in data["build"]["reason"]
+    new = [r for r in data["results"] if r["verdict"] == "new"]
+    assert new, (data["summary"], log[-3000:])
+    assert {r["target"] for r in new} == {"host-native"}
+    assert all(r["suite"] == "probes" and r["base"] == "passed" for r in new)
+    for r in new:
+        assert r["suspects"][0]["path"] == OP_ADD
+    assert any("numerical mismatch with eager" in r["primary_line"] for r in new), [r["primary_line"] for r in new]
+    [suite] = [s for s in data["suites"] if s["target"] == "host-native"]
+    assert suite["status"] == "ran" and len(suite["tests"]) >= 2
+
+
+def test_a_change_that_does_not_compile_is_a_build_failure_at_its_line(source_repo, native_data):
+    def break_it(text: str) -> str:
+        lines = text.splitlines(keepends=True)
+        at = next(i for i, line in enumerate(lines) if "ScalarType common_type = promoteTypes" in line)
+        lines.insert(at + 1, "  int etriage_broken = etriage_undefined_symbol;\n")
+        return "".join(lines)
+
+    head = source_repo.branch("add-broken", {OP_ADD: break_it})
+    line_no = next(i for i, line in enumerate(source_repo_file(source_repo, head, OP_ADD), 1)
+                   if "etriage_undefined_symbol" in line)
+    data, _ = triage(source_repo, native_data, head)
+
+    assert data["build"]["status"] == "failed"
+    [verdict] = data["results"]
+    assert (verdict["verdict"], verdict["category"]) == ("new", "build_failure"), verdict
+    assert f"{OP_ADD}:{line_no}:" in verdict["primary_line"] and "etriage_undefined_symbol" in verdict["primary_line"]
+    assert verdict["suspects"][0]["path"] == OP_ADD
+    assert verdict["base"] == "ok"  # the merge base builds: the change broke it
+
+
+def test_a_comment_only_change_rebuilds_from_the_compiler_cache_and_finds_nothing(source_repo, native_data):
+    # same line count: the preprocessed source is identical, so the compiler cache answers
+    head = source_repo.branch("add-comment", {OP_ADD: lambda t: t.replace(" * All rights reserved.",
+                                                                          " * All rights reserved. (etriage)", 1)})
+    data, _ = triage(source_repo, native_data, head)
+
+    assert data["build"]["status"] == "ok"
+    reason = data["build"]["reason"]
+    assert "compiler cache 1/1 hits" in reason, reason
+    assert data["summary"]["new"] == 0 and not [r for r in data["results"] if r["verdict"] == "new"]
+    [suite] = [s for s in data["suites"] if s["target"] == "host-native"]
+    assert suite["status"] == "ran" and all(t["outcome"] == "passed" for t in suite["tests"]) and suite["tests"]
+
+
+def test_a_python_only_change_builds_nothing_native(source_repo, native_data):
+    head = source_repo.branch("py-only", {"exir/memory.py": lambda t: t + "\n# touched\n"})
+    data, _ = triage(source_repo, native_data, head)
+
+    assert data["plan"]["recipes"] == ["overlay"]
+    assert data["build"]["kind"] == "overlay" and "portable" not in data["build"]["reason"]
+    [suite] = [s for s in data["suites"] if s["target"] == "host-native"]
+    assert suite["status"] == "not_run" and "no executor_runner was rebuilt" in suite["reason"]
+
+
+def source_repo_file(source_repo, commit, path):
+    proc = subprocess.run(["git", "-C", str(source_repo.path), "show", f"{commit}:{path}"],
+                          capture_output=True, text=True, check=True)
+    return proc.stdout.splitlines()

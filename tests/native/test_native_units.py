@@ -1,0 +1,126 @@
+"""The parts of a native rebuild that need no compiler: the persistent checkout moved from
+commit to commit, the build folder's identity check, compiler paths made repository-relative,
+the host-native target's place in the plan."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tasks.pipeline import native
+from tasks.pipeline.plan import plan_change
+from tasks.pipeline.tables import load_tables
+from tests.native.conftest import git
+
+SRC = Path("/data/native/abc/src/executorch")
+CONFIGURE = ["cmake", "-S", str(SRC), "-B", "/b", "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+             "-DEXECUTORCH_BUILD_PORTABLE_OPS=ON", "-DEXECUTORCH_BUILD_CPUINFO=OFF"]
+GOOD_CACHE = (f"# This is the CMakeCache file.\n//comment\nCMAKE_HOME_DIRECTORY:INTERNAL={SRC}\n"
+              "CMAKE_BUILD_TYPE:STRING=Release\nEXECUTORCH_BUILD_PORTABLE_OPS:BOOL=ON\n"
+              "EXECUTORCH_BUILD_CPUINFO:BOOL=OFF\n")
+
+
+@pytest.mark.parametrize("cache,configure,why", [
+    (GOOD_CACHE, CONFIGURE, ""),
+    (GOOD_CACHE.replace(str(SRC), "/elsewhere/executorch"), CONFIGURE, "another source directory"),
+    (GOOD_CACHE.replace("CPUINFO:BOOL=OFF", "CPUINFO:BOOL=ON"), CONFIGURE,
+     "another recipe flag: EXECUTORCH_BUILD_CPUINFO=ON"),
+    (GOOD_CACHE, CONFIGURE + ["-DEXECUTORCH_BUILD_XNNPACK=ON"], "without EXECUTORCH_BUILD_XNNPACK"),
+    (GOOD_CACHE, CONFIGURE + ["-DCMAKE_TOOLCHAIN_FILE=/t/aarch64.cmake"], "another toolchain"),
+    (GOOD_CACHE + "CMAKE_TOOLCHAIN_FILE:FILEPATH=/t/aarch64.cmake\n", CONFIGURE, "another toolchain"),
+    (GOOD_CACHE + "this line is garbage\n", CONFIGURE, "does not parse"),
+    (None, CONFIGURE, "no CMakeCache.txt"),
+], ids=["same", "source-dir", "flag", "missing-flag", "toolchain-wanted", "toolchain-had", "corrupt", "no-cache"])
+def test_a_foreign_or_corrupt_build_folder_is_detected(tmp_path, cache, configure, why):
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "build.ninja").write_text("")
+    if cache is not None:
+        (build / "CMakeCache.txt").write_text(cache)
+    reason = native.foreign_reason(build, SRC, configure)
+    assert (why in reason and reason) if why else reason == "", reason
+
+
+def test_an_unfinished_configure_is_not_reused(tmp_path):
+    (tmp_path / "CMakeCache.txt").write_text(GOOD_CACHE)
+    assert "never finished" in native.foreign_reason(tmp_path, SRC, CONFIGURE)
+
+
+def test_the_checkout_moves_by_writing_only_what_differs(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    for name, text in {"a.cpp": "int a;\n", "b.cpp": "int b;\n", "gone.h": "x\n", "d/run.sh": "echo\n"}.items():
+        (repo / name).parent.mkdir(exist_ok=True)
+        (repo / name).write_text(text)
+    os.chmod(repo / "d/run.sh", 0o755)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "one")
+    first = git(repo, "rev-parse", "HEAD")
+    (repo / "a.cpp").write_text("int a = 2;\n")
+    (repo / "gone.h").unlink()
+    (repo / "new.h").write_text("y\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "two")
+    second = git(repo, "rev-parse", "HEAD")
+
+    src, state = tmp_path / "src" / "executorch", tmp_path / "src.json"
+    state.parent.mkdir(exist_ok=True)
+    assert native.sync_checkout(repo, first, src, state) == "exported"
+    assert os.access(src / "d/run.sh", os.X_OK)
+    os.utime(src / "b.cpp", (1_000_000, 1_000_000))
+    assert native.sync_checkout(repo, first, src, state) == "unchanged"
+    assert native.sync_checkout(repo, second, src, state).startswith("2 file(s) written, 1 removed")
+    assert (src / "a.cpp").read_text() == "int a = 2;\n" and (src / "new.h").is_file() and not (src / "gone.h").exists()
+    assert (src / "b.cpp").stat().st_mtime == 1_000_000  # untouched: the build system keeps its object
+    # back to the first commit, by diff as well
+    assert native.sync_checkout(repo, first, src, state).startswith("2 file(s) written, 1 removed")
+    assert (src / "gone.h").read_text() == "x\n" and not (src / "new.h").exists()
+    # a sync that died half-way (or a state from elsewhere) exports everything again
+    state.write_text('{"commit": "%s", "complete": false}' % first)
+    assert native.sync_checkout(repo, second, src, state) == "exported"
+    state.write_text("not json")
+    assert native.sync_checkout(repo, second, src, state) == "exported"
+
+
+def test_compiler_messages_name_repository_paths():
+    text = ("../../src/executorch/kernels/portable/cpu/op_add.cpp:27:3: error: 'x' was not declared\n"
+            f"{SRC}/runtime/core/evalue.cpp:1:1: error: y\n"
+            "In file included from ../../../../../../src/executorch/third-party/flatbuffers/include/a.h:3:\n")
+    assert native.relative_paths(text, SRC).splitlines() == [
+        "kernels/portable/cpu/op_add.cpp:27:3: error: 'x' was not declared",
+        "runtime/core/evalue.cpp:1:1: error: y",
+        "In file included from third-party/flatbuffers/include/a.h:3:"]
+
+
+def test_the_aarch64_toolchain_is_a_cmake_toolchain_file(tmp_path):
+    args = native.TOOLCHAINS["aarch64-linux-gnu"].cmake_args(tmp_path)
+    [arg] = args
+    path = Path(arg.split("=", 1)[1])
+    assert arg.startswith("-DCMAKE_TOOLCHAIN_FILE=") and "aarch64-linux-gnu-g++" in path.read_text()
+    assert native.TOOLCHAINS["host"].cmake_args(tmp_path) == []
+
+
+def test_host_native_is_planned_only_with_a_native_change(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "kernels/portable/cpu").mkdir(parents=True)
+    (repo / "exir").mkdir()
+    (repo / "kernels/portable/cpu/op_add.cpp").write_text("int a;\n")
+    (repo / "exir/memory.py").write_text("X = 1\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    for name, path in (("cpp", "kernels/portable/cpu/op_add.cpp"), ("py", "exir/memory.py")):
+        git(repo, "checkout", "-q", "-B", name, "main")
+        (repo / path).write_text((repo / path).read_text() + "\n// touched\n" if name == "cpp" else "X = 2\n")
+        git(repo, "commit", "-q", "-a", "-m", name)
+    git(repo, "checkout", "-q", "main")
+    tables = load_tables()
+
+    cpp = plan_change(repo, "main", "cpp", tables, suites=["probes"])
+    assert cpp.recipes == ["portable"] and "host-native" in cpp.targets
+    py = plan_change(repo, "main", "py", tables, suites=["probes"])
+    assert "host-native" not in py.targets and any("host-native not needed" in n for n in py.notes)
+    # asked for by name it stays, and says itself why it has nothing to run
+    assert "host-native" in plan_change(repo, "main", "py", tables, suites=["probes"], targets=["host-native"]).targets
