@@ -88,6 +88,24 @@ def _tables(metadata: MetaData, p: str) -> dict[str, Table]:
     }
 
 
+# ---- records to rows: one mapper per record type, the only place that knows the columns ----
+def failure_row(repo: str, sha: str, source: str, failure, verdict: str | None = None) -> dict:
+    """A triage_rules Failure (found at `sha` by `source`) with its verdict, as a `failures` row."""
+    return dict(repo=repo, sha=sha, source=source, fingerprint=failure.fingerprint,
+                category=failure.category, test=failure.test, line=failure.line,
+                line_no=failure.line_no, environment=bool(failure.environment), verdict=verdict,
+                title=failure.title, explanation=failure.explanation,
+                suggestion=failure.suggestion, created_at=_now())
+
+
+def result_row(repo: str, head_sha: str, result) -> dict:
+    """A tasks.records.TestResult as a `results` row. Read by attribute: the store sits below
+    tasks/ and never imports it."""
+    return dict(repo=repo, head_sha=head_sha, suite=result.suite, target=result.target,
+                test=result.test, outcome=result.outcome, duration=result.seconds,
+                details={"message": result.message[:2000]})
+
+
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
@@ -278,14 +296,12 @@ class Store:
                 t.c.status == "in_progress", t.c.updated_at < _now() - older_than
             ).values(status="expired", updated_at=_now())).rowcount
 
-    def record_results(self, repo: str, head_sha: str, rows: list[dict]) -> None:
-        """rows: {suite, target, test, outcome, duration?, details?}; last write wins per key."""
+    def record_results(self, repo: str, head_sha: str, results) -> None:
+        """results: tasks.records.TestResult records; last write wins per key."""
         with self.engine.begin() as conn:
-            for row in rows:
-                self._upsert(conn, self.t["results"], dict(
-                    repo=repo, head_sha=head_sha, suite=row["suite"], target=row["target"],
-                    test=row["test"], outcome=row["outcome"], duration=row.get("duration"),
-                    details=row.get("details")), ("repo", "head_sha", "suite", "target", "test"))
+            for result in results:
+                self._upsert(conn, self.t["results"], result_row(repo, head_sha, result),
+                             ("repo", "head_sha", "suite", "target", "test"))
 
     def results_for(self, repo: str, head_sha: str) -> list[dict]:
         t = self.t["results"]
@@ -298,16 +314,11 @@ class Store:
         verdicts = verdicts or {}
         with self.engine.begin() as conn:
             for failure in failures:
-                self._upsert(conn, self.t["failures"], dict(
-                    repo=repo, sha=sha, source=source, fingerprint=failure.fingerprint,
-                    category=failure.category, test=failure.test, line=failure.line,
-                    line_no=failure.line_no, environment=bool(failure.environment),
-                    verdict=verdicts.get(failure.fingerprint), title=failure.title,
-                    explanation=failure.explanation, suggestion=failure.suggestion,
-                    created_at=_now()),
-                    ("repo", "sha", "source", "fingerprint"),
-                    update=("category", "line", "line_no", "environment", "verdict", "title",
-                            "explanation", "suggestion"))
+                self._upsert(conn, self.t["failures"],
+                             failure_row(repo, sha, source, failure, verdicts.get(failure.fingerprint)),
+                             ("repo", "sha", "source", "fingerprint"),
+                             update=("category", "line", "line_no", "environment", "verdict", "title",
+                                     "explanation", "suggestion"))
 
     def failure_fingerprints(self, repo: str, sha: str) -> set[str]:
         t = self.t["failures"]

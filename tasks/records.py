@@ -1,33 +1,27 @@
 """Records the triage pipeline passes from stage to stage: small, typed, serialisable.
 
-plan -> BuildResult -> SuiteResult (TestResult...) -> Verdict (Suspect...) -> Report.
-Every record round-trips through `to_dict()` / `from_dict()` (the JSON report, the base
-result cache and later the Celery task payloads all use that shape).
+plan -> BuildResult -> SuiteResult (TestResult...) -> Verdict (Failure, Suspect...) -> Report;
+CI logs: Verdict... -> CiReport. A record holds the engine's Failure whole (never copies of its
+fields), and every record goes to JSON and back through the one serialiser,
+`triage_rules.records.dump` / `load` (`to_dict()` / `from_dict()` below are those two): the JSON
+report, the stored full reports, pending publishes and the merge-base cache.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
+
+from triage_rules.records import Failure, dump, load
 
 VERDICTS: tuple[str, ...] = ("new", "pre_existing", "flaky", "environment", "fixed")
 
 
 class _Record:
-    # field name -> record type, for fields holding a list of records (or one record)
-    _nested: dict = {}
-
     def to_dict(self) -> dict:
-        return asdict(self)  # type: ignore[call-overload]
+        return dump(self)
 
     @classmethod
     def from_dict(cls, data: dict):
-        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-        values = {k: v for k, v in data.items() if k in known}
-        for name, record_type in cls._nested.items():
-            if isinstance(values.get(name), list):
-                values[name] = [record_type.from_dict(v) for v in values[name]]
-            elif isinstance(values.get(name), dict):
-                values[name] = record_type.from_dict(values[name])
-        return cls(**values)
+        return load(cls, data)
 
 
 @dataclass
@@ -49,7 +43,6 @@ class SelectedTest(_Record):
 
 @dataclass
 class Plan(_Record):
-    _nested = {"changed_files": ChangedFile, "selected": SelectedTest, "left_out": SelectedTest}
     base: str
     head: str
     merge_base: str
@@ -76,7 +69,7 @@ class BuildResult(_Record):
     build_dirs: dict[str, str] = field(default_factory=dict)  # recipe -> build output
     cache_hits: list[str] = field(default_factory=list)
     log_excerpt: str = ""
-    failures: list[dict] = field(default_factory=list)  # Failure.to_dict() of a failed build
+    failures: list[Failure] = field(default_factory=list)  # what the engine found in a failed build's log
     reason: str = ""
     seconds: float = 0.0
 
@@ -98,7 +91,6 @@ class TestResult(_Record):
 
 @dataclass
 class SuiteResult(_Record):
-    _nested = {"tests": TestResult}
     suite: str
     target: str
     commit: str
@@ -133,50 +125,56 @@ class Suspect(_Record):
 
 @dataclass
 class Verdict(_Record):
-    _nested = {"suspects": Suspect}
+    """One failing (or fixed) test of a run, or one failure in a CI job's log (then `suite` is
+    the CI job and `target` its runner), judged against the merge base by
+    tasks.pipeline.compare. It holds the engine's Failure whole; `fixed` ones have none."""
     suite: str
     test: str
     target: str
     base: str  # outcome at the merge base, or "absent"
     head: str
-    verdict: str  # one of VERDICTS
-    category: str = "other"
-    rule: str = ""
-    primary_line: str = ""
-    fingerprint: str = ""
-    title: str = ""
-    explanation: str = ""
-    suggestion: str = ""
+    verdict: str  # one of VERDICTS, or "ignored"
+    failure: Failure | None = None  # the failure that speaks for the test (compare.primary)
     suspects: list[Suspect] = field(default_factory=list)
     log_excerpt: str = ""
     reproduce: str = ""
-    decided_by: str = ""  # the engine's: a rule id, "model" or "test-area"
-    confidence: float = 0.0
-    looks_like: list[dict] = field(default_factory=list)  # nearest labelled public failures
     ignored_reason: str = ""  # `/etriage ignore ... --reason`: a new failure a maintainer set aside
+
+    # What the renderers, the check run and the store key on, read from the Failure.
+    @property
+    def category(self) -> str:
+        return self.failure.category if self.failure else "other"
+
+    @property
+    def fingerprint(self) -> str:
+        return self.failure.fingerprint if self.failure else ""
+
+    @property
+    def primary_line(self) -> str:
+        return self.failure.line if self.failure else ""
 
 
 @dataclass
 class Report(_Record):
-    _nested = {"plan": Plan, "build": BuildResult, "results": Verdict, "suites": SuiteResult,
-               "base_runs": BaseRun}
     base: str
     head: str
     merge_base: str
     plan: Plan
     build: BuildResult
     results: list[Verdict]  # one per failing-or-fixed test
-    suites: list[SuiteResult]  # head runs (not_run ones carry the reason)
+    suites: list[SuiteResult]  # head runs, every test in them (not_run ones carry the reason)
     summary: dict[str, int]
     seconds: float = 0.0
     base_cached: bool = False  # no test had to run at the merge base (all known from cache)
     base_runs: list[BaseRun] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
-        data = asdict(self)
-        # The report keeps per-test detail in `results`; the suites say what ran.
-        data["suites"] = [
-            {k: v for k, v in s.items() if k != "tests"} | {"tests": len(s["tests"])}
-            for s in data["suites"]
-        ]
-        return data
+
+@dataclass
+class CiReport(_Record):
+    """The failed CI jobs of one head, classified from their logs and judged against the CI of
+    `merge_base` (the PR's base sha when `merge_base_exact` is False: no clone to find it)."""
+    head: str
+    merge_base: str | None
+    merge_base_exact: bool
+    jobs: list[str]  # the failed jobs whose logs were read
+    results: list[Verdict] = field(default_factory=list)

@@ -7,10 +7,9 @@ writing to GitHub, and every write is keyed, so a redelivered or superseded task
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import subprocess
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
@@ -25,16 +24,17 @@ from bot.queues import head_key
 from bot.repo_config import PATH, RepoConfig, RepoConfigCache, RepoConfigError
 from bot.store import Store
 from tasks.celery_app import get_app
-from tasks.pipeline import gitio
+from tasks.pipeline import compare, gitio
 from tasks.pipeline.report import headline, to_markdown
 from tasks.pipeline.run import NO_SANDBOX, TriageOptions, triage
 from tasks.pipeline.sandbox import Sandbox
 from tasks.policy import (add_config_check, choose_suites, choose_targets, config_change_check,
                           written_triage_keys)
-from tasks.records import VERDICTS, Report, Verdict
-from tasks.summary import (SECTION_TITLES, CiFailure, PublishPayload, ci_counts, compose_comment,
+from tasks.records import CiReport, Report
+from tasks.summary import (SECTION_TITLES, PublishPayload, ci_counts, compose_comment,
                            labels_to_change, render_ci_section)
-from triage_rules import Failure, classify_text
+from triage_rules import classify_text
+from triage_rules.records import dump
 
 log = logging.getLogger(__name__)
 FAILED = {"failure", "timed_out", "cancelled", "startup_failure"}
@@ -273,8 +273,7 @@ def triage_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
                               path_backends=dict(config.triage.paths) if config.triage else {},
                               select_all=reason == "run:all")
         ctx.checkpoint(repo, pr, head_sha)
-        ctx.store.record_results(repo, head_sha, result_rows(report))
-        record_verdicts(ctx, repo, head_sha, report)
+        record_report(ctx, repo, head_sha, report)
         payload = report_payload(head_sha, report, notes, ctx.store.ignored_failures(repo, pr))
     add_config_check(payload, config_change_check(gh, repo, pr, head_sha))
     publish(ctx, repo, pr, installation_id, payload)
@@ -345,43 +344,29 @@ def run_pipeline(ctx: WorkerContext, checkout: Path, base: str, head: str, *, su
     return triage(options, progress=lambda message: progress("Running", message))
 
 
-def result_rows(report) -> list[dict]:
-    return [{"suite": t.suite, "target": t.target, "test": t.test, "outcome": t.outcome,
-             "duration": t.seconds, "details": {"message": t.message[:2000]}}
-            for suite in report.suites for t in suite.tests]
+def record_report(ctx: WorkerContext, repo: str, head_sha: str, report: Report) -> None:
+    """A finished run's tests and its failures with their verdicts, in the store."""
+    ctx.store.record_results(repo, head_sha, [t for suite in report.suites for t in suite.tests])
+    record_verdicts(ctx, repo, head_sha, report.results, source=lambda v: f"etriage:{v.suite}@{v.target}")
 
 
-def record_verdicts(ctx: WorkerContext, repo: str, head_sha: str, report: Report) -> None:
-    """The bot's own failures at this head, beside the CI logs' ones: `/etriage explain` and
-    `/etriage ignore` find them by number, test id or fingerprint."""
-    failing = [v for v in report.results if v.verdict != "fixed"]
-    for source in sorted({f"etriage:{v.suite}@{v.target}" for v in failing}):
-        mine = [v for v in failing if f"etriage:{v.suite}@{v.target}" == source]
-        failures = [Failure(line=v.primary_line, line_no=0, test=v.test, fingerprint=_fingerprint(v),
-                            category=v.category, rule=v.rule, title=v.title, explanation=v.explanation,
-                            suggestion=v.suggestion, environment=v.verdict == "environment") for v in mine]
-        ctx.store.record_failures(repo, head_sha, source, failures, {_fingerprint(v): v.verdict for v in mine})
-
-
-def _fingerprint(verdict: Verdict) -> str:
-    return verdict.fingerprint or hashlib.sha1(verdict.test.encode()).hexdigest()[:16]
-
-
-def apply_ignores(report: Report, ignored: dict[str, str]) -> Report:
-    """A new failure a maintainer ignored (by fingerprint or test id) is shown with the reason
-    and counts nowhere: not in the headline, the check's conclusion, the annotations or labels."""
-    for verdict in report.results:
-        reason = ignored.get(_fingerprint(verdict)) or ignored.get(verdict.test)
-        if verdict.verdict == "new" and reason:
-            verdict.verdict, verdict.ignored_reason = "ignored", reason
-    report.summary = {v: sum(r.verdict == v for r in report.results) for v in (*VERDICTS, "ignored")} | {
-        "not_run": report.summary.get("not_run", 0)}
-    return report
+def record_verdicts(ctx: WorkerContext, repo: str, head_sha: str, verdicts, *, source) -> None:
+    """Failures found at this head with their verdicts, the bot's own (source
+    `etriage:<suite>@<target>`) beside the CI logs' (`ci:<job>`): `/etriage explain` and
+    `/etriage ignore` find both kinds by number, test id or fingerprint."""
+    failing = [v for v in verdicts if v.failure is not None]
+    for name in sorted({source(v) for v in failing}):
+        mine = [v for v in failing if source(v) == name]
+        ctx.store.record_failures(repo, head_sha, name, [v.failure for v in mine],
+                                  {v.fingerprint: v.verdict for v in mine})
 
 
 def report_payload(head_sha: str, report: Report, notes=(), ignored: dict[str, str] | None = None) -> PublishPayload:
-    whole = asdict(report)  # with every test (Report.to_dict counts them): rendered again after an ignore
-    report = apply_ignores(report, ignored or {})
+    """The `pr` section, check run and labels of a finished run. The stored report is the one
+    before the ignores: rendering it again after another `/etriage ignore` starts from it."""
+    whole = dump(report)
+    counts = compare.apply_ignores(report.results, ignored or {})
+    report.summary = counts | {"not_run": report.summary.get("not_run", 0)}
     new = [v for v in report.results if v.verdict == "new"]
     environment = [v for v in report.results if v.verdict == "environment"]
     conclusion = "failure" if new else ("neutral" if environment else "success")
@@ -389,7 +374,7 @@ def report_payload(head_sha: str, report: Report, notes=(), ignored: dict[str, s
     annotations = [  # at the suspect's line when the pipeline knows it (Suspect.line)
         {"path": s.path, "start_line": s.line or 1,
          "title": f"{v.category}: {v.test}"[:255],
-         "message": f"{v.primary_line}\n{v.explanation}".strip() or v.test}
+         "message": f"{v.primary_line[:400]}\n{v.failure.explanation}".strip() or v.test}
         for v in new for s in v.suspects[:3]]
     title = (f"{len(new)} new failure(s), {len(environment)} environment problem(s), "
              f"{sum(len(s.tests) for s in report.suites)} test(s) run")
@@ -407,24 +392,45 @@ def report_payload(head_sha: str, report: Report, notes=(), ignored: dict[str, s
                           check_summary=summary, annotations=annotations, report=whole, notes=list(notes))
 
 
-def republish_pr(ctx: WorkerContext, repo: str, pr: int, installation_id: int | None) -> bool:
-    """After `/etriage ignore`: the latest head's report rendered again with the ignores (no
-    test runs again). False when that head has no report to render."""
+def ci_payload(report: CiReport, ignored: dict[str, str] | None = None) -> PublishPayload:
+    """The `ci` section and labels of a PR's failed CI jobs, through the same ignores."""
+    whole = dump(report)
+    compare.apply_ignores(report.results, ignored or {})
+    return PublishPayload(kind="ci", head_sha=report.head, section=render_ci_section(report),
+                          counts=ci_counts(report), report=whole,
+                          blame_categories=sorted({v.category for v in report.results if v.verdict == "new"}))
+
+
+PAYLOADS = {  # kind -> (its stored record, how it is published): `republish` renders either again
+    "pr": (Report, lambda record, run, ignored: report_payload(record.head, record, run["report"].get("notes", ()),
+                                                               ignored)),
+    "ci": (CiReport, lambda record, run, ignored: ci_payload(record, ignored)),
+}
+
+
+def republish(ctx: WorkerContext, repo: str, pr: int, installation_id: int | None) -> list[str]:
+    """After `/etriage ignore`: every kind of report of the latest head (`pr`: the bot's run,
+    `ci`: the CI logs) rendered again with the ignores; nothing runs again. The kinds
+    republished (none when that head has no stored report)."""
     gh = ctx.github(installation_id)
     head_sha = gh.pull(repo, pr)["head_sha"]
-    run = _run_of(ctx, repo, pr, head_sha)
-    whole = ((run or {}).get("report") or {}).get("full")
-    if not whole:
-        return False
-    payload = report_payload(head_sha, Report.from_dict(whole), run["report"].get("notes", ()),
-                             ctx.store.ignored_failures(repo, pr))
-    add_config_check(payload, config_change_check(gh, repo, pr, head_sha))
-    publish(ctx, repo, pr, installation_id, payload)
-    return True
+    ignored = ctx.store.ignored_failures(repo, pr)
+    done = []
+    for kind, (record_type, make_payload) in PAYLOADS.items():
+        run = _run_of(ctx, repo, pr, head_sha, kind)
+        whole = ((run or {}).get("report") or {}).get("full")
+        if not whole:
+            continue
+        payload = make_payload(record_type.from_dict(whole), run, ignored)
+        if kind == "pr":
+            add_config_check(payload, config_change_check(gh, repo, pr, head_sha))
+        publish(ctx, repo, pr, installation_id, payload)
+        done.append(kind)
+    return done
 
 
-def _run_of(ctx: WorkerContext, repo: str, pr: int, head_sha: str) -> dict | None:
-    runs = [r for r in ctx.store.runs_for(repo, pr) if r["head_sha"] == head_sha and r["kind"] == "pr"]
+def _run_of(ctx: WorkerContext, repo: str, pr: int, head_sha: str, kind: str = "pr") -> dict | None:
+    runs = [r for r in ctx.store.runs_for(repo, pr) if r["head_sha"] == head_sha and r["kind"] == kind]
     return runs[-1] if runs else None
 
 
@@ -461,7 +467,7 @@ def handle_comment(ctx: WorkerContext, repo: str, pr: int, comment_id: int,
                                       installation_id=installation_id)
     outcomes = commands.handle_comment(context, repo=repo, pr=pr, comment_id=comment_id, **comment)
     if any(o.verb == "ignore" and o.status == "accepted" for o in outcomes):
-        republish_pr(ctx, repo, pr, installation_id)
+        republish(ctx, repo, pr, installation_id)
     return outcomes
 
 
@@ -481,11 +487,11 @@ def triage_ci(ctx: WorkerContext, repo: str, head_sha: str, installation_id: int
     else:
         raise ValueError("ci_completed needs a run_id, job_id or check_suite_id")
     failed = [j for j in jobs if j.get("conclusion") in FAILED]
-    found: list[tuple[dict, list]] = []
+    found: list[tuple[dict, object]] = []
     for job in failed:
         failures = classify_text(gh.job_log(repo, job["id"]), job_name=job["name"], failed=True)  # the job failed: never "no failure"
         ctx.store.record_failures(repo, head_sha, f"ci:{job['name']}", failures)
-        found.append((job, failures))
+        found += [(job, failure) for failure in failures]
     prs = ctx.store.pulls_with_head(repo, head_sha) or gh.pulls_for_commit(repo, head_sha)
     for pr in prs:
         pull = gh.pull(repo, pr)
@@ -494,15 +500,11 @@ def triage_ci(ctx: WorkerContext, repo: str, head_sha: str, installation_id: int
         ctx.store.record_pull(repo, pr, head_sha, base_ref=pull["base_ref"],
                               base_sha=pull["base_sha"], installation_id=installation_id)
         merge_base, exact = ci_merge_base(ctx, repo, pull)
-        known = ctx.store.failure_fingerprints(repo, merge_base)
-        ignored = ctx.store.ignored_failures(repo, pr)
-        items = [_ci_failure(job, f, known, ignored) for job, fs in found for f in fs]
-        section = render_ci_section(head_sha, items, [j["name"] for j in failed], merge_base,
-                                    merge_base_exact=exact)
-        payload = PublishPayload(kind="ci", head_sha=head_sha, section=section,
-                                 counts=ci_counts(items), blame_categories=sorted({i.category for i in items
-                                                          if i.verdict == "new"}))
-        publish(ctx, repo, pr, installation_id, payload)
+        report = CiReport(head=head_sha, merge_base=merge_base, merge_base_exact=exact,
+                          jobs=[j["name"] for j in failed],
+                          results=compare.decide_ci(found, ctx.store.failure_fingerprints(repo, merge_base)))
+        record_verdicts(ctx, repo, head_sha, report.results, source=lambda v: f"ci:{v.suite}")
+        publish(ctx, repo, pr, installation_id, ci_payload(report, ctx.store.ignored_failures(repo, pr)))
     return f"{len(failed)} failed job(s), {len(prs)} pull request(s)"
 
 
@@ -517,19 +519,3 @@ def ci_merge_base(ctx: WorkerContext, repo: str, pull: dict) -> tuple[str, bool]
         except gitio.GitError:
             pass
     return pull["base_sha"], False
-
-
-def _ci_failure(job: dict, failure, known: set[str], ignored: dict[str, str]) -> CiFailure:
-    if failure.environment:
-        verdict = "environment"
-    elif failure.fingerprint in ignored or (failure.test and failure.test in ignored):
-        verdict = "ignored"
-    elif failure.fingerprint in known:
-        verdict = "pre_existing"
-    else:
-        verdict = "new"
-    return CiFailure(job=job["name"], job_id=job["id"], verdict=verdict,
-                     category=failure.category, primary_line=failure.line,
-                     line_no=failure.line_no, fingerprint=failure.fingerprint,
-                     test=failure.test, title=failure.title, explanation=failure.explanation,
-                     suggestion=failure.suggestion)

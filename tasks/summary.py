@@ -6,30 +6,15 @@ and stored with the run, so whichever task publishes last composes the whole com
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from bot.github_client import SUMMARY_MARKER
+from tasks.records import CiReport
+from triage_rules.records import dump, load
 
 VERDICT_ICONS = {"new": "❌", "pre_existing": "⚪", "flaky": "🔁", "environment": "🛠️",
                  "fixed": "✅", "ignored": "🙈"}
 SECTION_ORDER = ("pr", "ci")
-
-
-@dataclass
-class CiFailure:
-    """One classified failure of a CI job, with its verdict against the merge base."""
-
-    job: str
-    job_id: int
-    verdict: str  # new | pre_existing | environment | ignored
-    category: str
-    primary_line: str
-    line_no: int
-    fingerprint: str
-    test: str | None = None
-    title: str = ""
-    explanation: str = ""
-    suggestion: str = ""
 
 
 @dataclass
@@ -46,15 +31,16 @@ class PublishPayload:
     check_summary: str = ""
     check_text: str = ""
     annotations: list[dict] = field(default_factory=list)  # Annotation fields
-    report: dict | None = None  # pr: the whole pipeline Report, to render again after `/etriage ignore`
+    # The whole Report (pr) or CiReport (ci), dumped: rendered again after `/etriage ignore`.
+    report: dict | None = None
     notes: list[str] = field(default_factory=list)  # pr: the run's notes, for the same
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return dump(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "PublishPayload":
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+        return load(cls, data)
 
 
 HEADLINE_ORDER = ("pre_existing", "flaky", "environment", "ignored", "fixed")
@@ -94,37 +80,41 @@ def compose_comment(head_sha: str, sections: dict[str, str],
     return "\n".join(parts).rstrip() + "\n"
 
 
-def ci_counts(failures: list[CiFailure]) -> dict[str, int]:
+def ci_counts(report: CiReport) -> dict[str, int]:
+    """verdict -> failures, in the order they first appear (how the section says them)."""
     counts: dict[str, int] = {}
-    for failure in failures:
-        counts[failure.verdict] = counts.get(failure.verdict, 0) + 1
+    for verdict in report.results:
+        counts[verdict.verdict] = counts.get(verdict.verdict, 0) + 1
     return counts
 
 
-def render_ci_section(head_sha: str, failures: list[CiFailure], jobs_seen: list[str],
-                      merge_base: str | None, *, merge_base_exact: bool = True) -> str:
-    lines = [f"### {SECTION_TITLES['ci']}", f"Failed CI jobs at `{head_sha[:12]}`, classified from their logs."]
-    base_note = (f"compared with the merge base `{merge_base[:12]}`" if merge_base and merge_base_exact
+def render_ci_section(report: CiReport) -> str:
+    lines = [f"### {SECTION_TITLES['ci']}", f"Failed CI jobs at `{report.head[:12]}`, classified from their logs."]
+    merge_base = report.merge_base
+    base_note = (f"compared with the merge base `{merge_base[:12]}`" if merge_base and report.merge_base_exact
                  else f"compared with the base branch at `{merge_base[:12]}` (no local clone to find the "
                       "merge base)" if merge_base
                  else "no merge base known: nothing could be marked pre-existing")
-    if not failures:
-        jobs = ", ".join(jobs_seen) or "none"
+    if not report.results:
+        jobs = ", ".join(report.jobs) or "none"
         lines.append(f"No failure line found in the failed jobs' logs ({jobs}); {base_note}.")
         return "\n".join(lines)
-    counts = ci_counts(failures)
+    counts = ci_counts(report)
     lines.append(", ".join(f"{n} {verdict.replace('_', '-')}" for verdict, n in counts.items())
                  + f" ({base_note}).")
     lines.append("")
-    for failure in failures:
-        icon = VERDICT_ICONS.get(failure.verdict, "•")
-        what = failure.test or failure.title or failure.category
-        lines.append(f"- {icon} **{failure.verdict.replace('_', '-')}** · `{failure.category}` · "
-                     f"job `{failure.job}` · {what}")
-        if failure.verdict == "environment":
+    for verdict in report.results:
+        failure = verdict.failure
+        icon = VERDICT_ICONS.get(verdict.verdict, "•")
+        what = verdict.test or failure.title or failure.category
+        lines.append(f"- {icon} **{verdict.verdict.replace('_', '-')}** · `{failure.category}` · "
+                     f"job `{verdict.suite}` · {what}")
+        if verdict.verdict == "environment":
             lines.append("  The environment (runner, SDK, device or infrastructure) failed, "
                          "not this change.")
-        lines.append(f"  ```\n  {failure.primary_line.strip()}\n  ```")
+        if verdict.verdict == "ignored":
+            lines.append(f"  Ignored by a maintainer (not counted): *{verdict.ignored_reason}*")
+        lines.append(f"  ```\n  {failure.line.strip()}\n  ```")
         lines.append(f"  <sub>log line {failure.line_no} · fingerprint `{failure.fingerprint}`</sub>")
         if failure.explanation:
             lines.append(f"  {failure.explanation.strip()}")

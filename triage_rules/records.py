@@ -1,11 +1,15 @@
 """The failure record: what the engine makes from a log and every later stage reads.
 
-Small, typed and serialisable. `to_dict()` gives the JSON interface that
-`etriage classify --format json`, the pipeline's report and the service all share.
+Small, typed and serialisable. `dump`/`load` below are the one serialiser of every record of
+etriage (this layer is the lowest, so the pipeline's and the service's records use it too);
+`Failure.to_dict()` is `dump` of it: the JSON of `etriage classify --format json`.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import functools
+from dataclasses import dataclass, field, fields, is_dataclass
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 # The category ids are an interface (labels, dashboards and reports key on them).
 CATEGORIES: tuple[str, ...] = (
@@ -65,13 +69,57 @@ class Failure:
     looks_like: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        data = asdict(self)
-        data["frames"] = [asdict(f) for f in self.frames]
-        return data
+        return dump(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "Failure":
-        data = dict(data)
-        data["frames"] = [Frame(**f) for f in data.get("frames", [])]
-        known = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return load(cls, data)
+
+# ---- the one serialiser --------------------------------------------------------------------
+# Every record of etriage (this Failure, tasks.records' plan/result/verdict/report records, the
+# service's publish payload) is a dataclass whose field types say what it holds. `dump` turns
+# one into JSON-ready values and `load` makes it again from them, guided by those types; the
+# JSON report, the stored full report, pending publishes and the merge-base cache all use this
+# pair and nothing else. `load` skips keys the record no longer has and fills missing ones
+# with their defaults, so a report stored by an older version still loads.
+
+
+def dump(record):
+    """A record (or a list/dict/tuple of them) as plain JSON values; lossless with `load`."""
+    if is_dataclass(record) and not isinstance(record, type):
+        return {f.name: dump(getattr(record, f.name)) for f in fields(record)}
+    if isinstance(record, (list, tuple)):
+        return [dump(item) for item in record]
+    if isinstance(record, dict):
+        return {key: dump(value) for key, value in record.items()}
+    return record
+
+
+def load(kind, data):
+    """`data` (what `dump` gave, e.g. read back from JSON) as `kind`: a record class or a
+    typing form such as `list[Verdict]` or `dict[str, int]`."""
+    if data is None:
+        return None
+    if is_dataclass(kind):
+        hints = _hints(kind)
+        known = {f.name for f in fields(kind) if f.init}
+        return kind(**{name: load(hints[name], value) for name, value in data.items() if name in known})
+    origin, args = get_origin(kind), get_args(kind)
+    if origin in (UnionType, Union):  # `X | None`: the one non-None member decides
+        members = [a for a in args if a is not type(None)]
+        return load(members[0], data) if len(members) == 1 else data
+    if origin is list:
+        return [load(args[0], item) for item in data] if args else list(data)
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis or not args:
+            return tuple(load(args[0] if args else Any, value) for value in data)
+        return tuple(load(item, value) for item, value in zip(args, data))
+    if origin is dict:
+        value_kind = args[1] if len(args) == 2 else Any
+        return {key: load(value_kind, value) for key, value in data.items()}
+    return data
+
+
+@functools.cache
+def _hints(kind) -> dict:
+    return get_type_hints(kind)

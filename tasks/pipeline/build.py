@@ -23,6 +23,7 @@ from tasks.pipeline import gitio, native, overlay
 from tasks.pipeline.sandbox import Sandbox, run_logged, scrubbed_env
 from tasks.pipeline.tables import Recipe, Tables
 from tasks.records import BuildResult, ChangedFile
+from triage_rules.records import Failure
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def export_tree(ws: Workspace, commit: str, dest: Path) -> Path:
     return dest
 
 
-def run_cmake_recipe(ws: Workspace, recipe: Recipe, commit: str, classify) -> tuple[str, str, list[dict], str, bool]:
+def run_cmake_recipe(ws: Workspace, recipe: Recipe, commit: str, classify) -> tuple[str, str, list[Failure], str, bool]:
     """Build one native recipe: (status, build_dir, failures, log_excerpt, cache_hit)."""
     key = recipe_key(ws, recipe, commit)
     cached = ws.data_dir / "build-cache" / f"{recipe.name}-{key}"
@@ -90,7 +91,7 @@ def run_cmake_recipe(ws: Workspace, recipe: Recipe, commit: str, classify) -> tu
                           readable=[src], writable=[build_dir])
         if done.returncode != 0:
             text = done.log_path.read_text(errors="replace")
-            failures = [f.to_dict() for f in classify(text, job_name=f"build {recipe.name}", failed=True)]
+            failures = classify(text, job_name=f"build {recipe.name}", failed=True)
             return "failed", str(build_dir), failures, done.tail(4000), False
     if ws.use_cache:
         with cache_lock(ws.data_dir):

@@ -1,17 +1,24 @@
-"""Stage 4, compare: head results against the merge base's, one verdict per failing test.
+"""Stage 4, compare: the one verdict engine. A failing test of the bot's own run and a failure
+in a CI job's log are judged by the same rule (`judge`) and set aside by the same ignores
+(`apply_ignores`), so every verdict means the same wherever it was found:
 
     environment   the engine says the environment is at fault (checked first: never blamed), or
                   a package the worker lacks is missing at head and at the merge base alike
-    pre_existing  fails at head and at the merge base
+    pre_existing  fails at head and at the merge base (CI: the merge base's CI has the same
+                  fingerprint)
     flaky         failed at head, passed when retried at the same head
     new           fails at head, passed (or did not exist) at the merge base
     fixed         failed at the merge base, passes at head (suites with whole merge-base results)
+    ignored       would be new, but a maintainer set it aside (`/etriage ignore`): shown with the
+                  reason, counted nowhere (headline, conclusion, annotations, labels)
 """
 from __future__ import annotations
 
+import hashlib
 import re
 
-from tasks.records import SuiteResult, TestResult, Verdict
+from tasks.records import VERDICTS, SuiteResult, TestResult, Verdict
+from triage_rules.records import Failure
 
 FAILED = ("failed", "error")
 Key = tuple[str, str, str]  # (suite, target, test)
@@ -64,43 +71,76 @@ def retry_candidates(base: dict[Key, TestResult], head: dict[Key, TestResult],
             and not key[2].endswith("(suite crashed)")]
 
 
+def judge(found: list[Failure], *, failed_at_base: bool, passed_on_retry: bool = False,
+          environment: bool = False) -> str:
+    """The verdict of one failure at head, whoever found it. `environment`: the caller knows
+    more than the engine (a package missing at head and at the merge base alike)."""
+    if environment or any(f.environment for f in found):
+        return "environment"
+    if failed_at_base:
+        return "pre_existing"
+    if passed_on_retry:
+        return "flaky"
+    return "new"
+
+
 def decide(base: dict[Key, TestResult], head: dict[Key, TestResult], failures: dict[Key, list],
            retried: dict[Key, TestResult], complete: set[tuple[str, str]] | None = None) -> list[Verdict]:
-    """`complete`: (suite, target) pairs whose merge-base results are whole; `fixed` is only
-    said for those (None: all)."""
+    """The bot's own run: one verdict per failing test (and per fixed one). `complete`:
+    (suite, target) pairs whose merge-base results are whole; `fixed` is only said for those
+    (None: all)."""
     verdicts = []
     for key, test in head.items():
         base_test = base.get(key)
         base_outcome = base_test.outcome if base_test else "absent"
         if test.outcome in FAILED:
             found = failures.get(key, [])
-            if any(f.environment for f in found) or _same_missing_package(test, base_test):
-                verdict = "environment"
-            elif base_outcome in FAILED:
-                verdict = "pre_existing"
-            elif key in retried and retried[key].outcome == "passed":
-                verdict = "flaky"
-            else:
-                verdict = "new"
-            failure = primary(found)
+            failure = primary(found) or Failure(line=test.message, line_no=0, test=test.test)
             verdicts.append(Verdict(
                 suite=key[0], test=key[2], target=key[1], base=base_outcome, head=test.outcome,
-                verdict=verdict,
-                category=failure.category if failure else "other",
-                rule=failure.rule if failure else "",
-                primary_line=(failure.line if failure else test.message)[:400],
-                fingerprint=failure.fingerprint if failure else "",
-                title=failure.title if failure else "",
-                explanation=failure.explanation if failure else "",
-                suggestion=failure.suggestion if failure else "",
-                log_excerpt=_excerpt(test.text or test.message, failure),
-                decided_by=failure.decided_by if failure else "",
-                confidence=failure.confidence if failure else 0.0,
-                looks_like=list(failure.looks_like) if failure else []))
+                verdict=judge(found, failed_at_base=base_outcome in FAILED,
+                              passed_on_retry=key in retried and retried[key].outcome == "passed",
+                              environment=_same_missing_package(test, base_test)),
+                failure=failure, log_excerpt=_excerpt(test.text or test.message, failure)))
         elif base_outcome in FAILED and test.outcome == "passed" and (complete is None or key[:2] in complete):
             verdicts.append(Verdict(suite=key[0], test=key[2], target=key[1], base=base_outcome,
                                     head=test.outcome, verdict="fixed"))
     return verdicts
+
+
+def decide_ci(found: list[tuple[dict, Failure]], base_fingerprints: set[str]) -> list[Verdict]:
+    """CI logs: (job, failure) pairs of the failed jobs at head, judged against the merge
+    base's CI (the fingerprints recorded for it). A job is the verdict's suite, its runner the
+    target; a CI job is not retried here, so nothing of it is called flaky."""
+    verdicts = []
+    for job, failure in found:
+        at_base = failure.fingerprint in base_fingerprints
+        verdicts.append(Verdict(
+            suite=job["name"], test=failure.test or "", target=job.get("runner_name") or "ci",
+            base="failed" if at_base else "absent", head="failed",
+            verdict=judge([failure], failed_at_base=at_base), failure=failure,
+            log_excerpt=_excerpt("", failure)))
+    return verdicts
+
+
+def key_of(verdict: Verdict) -> str:
+    """The key `/etriage ignore` and the store know a failure by: its fingerprint (the test id
+    hashed when the engine gave none)."""
+    return verdict.fingerprint or hashlib.sha1(verdict.test.encode()).hexdigest()[:16]
+
+
+def apply_ignores(verdicts: list[Verdict], ignored: dict[str, str]) -> dict[str, int]:
+    """A new failure a maintainer ignored (by fingerprint or test id) becomes `ignored` with
+    the reason; the verdicts' counts afterwards."""
+    for verdict in verdicts:
+        reason = ignored.get(key_of(verdict)) or (verdict.test and ignored.get(verdict.test))
+        if verdict.verdict == "new" and reason:
+            verdict.verdict, verdict.ignored_reason = "ignored", reason
+    return tally(verdicts)
+
+
+def tally(verdicts: list[Verdict]) -> dict[str, int]:
+    return {v: sum(r.verdict == v for r in verdicts) for v in (*VERDICTS, "ignored")}
 
 
 def missing_package(test: TestResult | None) -> str | None:

@@ -5,10 +5,12 @@ import json
 from collections import defaultdict
 
 from tasks.records import Report, Verdict
+from triage_rules.records import Failure, dump
 
 
 def to_json(report: Report) -> str:
-    return json.dumps(report.to_dict(), indent=2)
+    """The whole report, every test of every suite included (`Report.from_dict` reads it back)."""
+    return json.dumps(dump(report), indent=2)
 
 
 def headline(report: Report) -> str:
@@ -37,18 +39,19 @@ def _groups(verdicts: list[Verdict]) -> list[list[Verdict]]:
 
 def _section(group: list[Verdict], h: str) -> list[str]:
     first = group[0]
-    lines = [f"{h}# {first.title or first.category}: {len(group)} test{'s' if len(group) > 1 else ''}", ""]
-    how = (f" (decided by `{first.decided_by}`, confidence {first.confidence:.2f})" if first.decided_by
-           else f" (rule `{first.rule}`)" if first.rule else "")
-    lines.append(f"- **Category:** `{first.category}`{how}")
-    if first.looks_like:
+    failure = first.failure or Failure(line="", line_no=0)
+    lines = [f"{h}# {failure.title or failure.category}: {len(group)} test{'s' if len(group) > 1 else ''}", ""]
+    how = (f" (decided by `{failure.decided_by}`, confidence {failure.confidence:.2f})" if failure.decided_by
+           else f" (rule `{failure.rule}`)" if failure.rule else "")
+    lines.append(f"- **Category:** `{failure.category}`{how}")
+    if failure.looks_like:
         lines.append("- **Looks like:** " + ", ".join(
-            f"[{n['category']}]({n['source']}) ({n['similarity']:.2f})" for n in first.looks_like[:3]))
-    lines.append(f"- **Primary line:** `{first.primary_line.strip()[:300]}`")
-    if first.explanation:
-        lines.append(f"- **Why:** {first.explanation}")
-    if first.suggestion:
-        lines.append(f"- **Next step:** {first.suggestion}")
+            f"[{n['category']}]({n['source']}) ({n['similarity']:.2f})" for n in failure.looks_like[:3]))
+    lines.append(f"- **Primary line:** `{failure.line.strip()[:300]}`")
+    if failure.explanation:
+        lines.append(f"- **Why:** {failure.explanation}")
+    if failure.suggestion:
+        lines.append(f"- **Next step:** {failure.suggestion}")
     lines.append("- **Tests:** " + ", ".join(f"`{v.test}` ({v.target})" for v in group[:10])
                  + (f" and {len(group) - 10} more" if len(group) > 10 else ""))
     if first.suspects:

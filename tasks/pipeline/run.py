@@ -153,8 +153,8 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
     for verdict in verdicts:
         key = (verdict.suite, verdict.target, verdict.test)
         if verdict.verdict == "new":
-            verdict.suspects = suspects.rank(regions, compare.primary(failures.get(key, [])),
-                                             head_idx[key].text, verdict.category, tables)
+            verdict.suspects = suspects.rank(regions, verdict.failure, head_idx[key].text,
+                                             verdict.category, tables)
         verdict.reproduce = reproduce_command(tables.suites[verdict.suite], verdict.test)
     partial = [f"{b.suite} on {b.target}" for b in base_runs if not b.complete]
     if partial:
@@ -263,21 +263,14 @@ def _build_failed(ws, tables, plan, head_build, classify, progress, start) -> Re
     """A build that fails at head is the change's unless it fails at the merge base too."""
     progress("head build failed; building the merge base to compare ...")
     base_build = build_commit(ws, tables, plan.merge_base, [], plan.recipes, classify, progress)
-    found = [_failure_from_dict(f) for f in head_build.failures]
-    failure = compare.primary(found)
-    if failure and failure.environment:
-        verdict = "environment"
-    else:
-        verdict = "pre_existing" if base_build.status == "failed" else "new"
+    failure = compare.primary(head_build.failures) or Failure(  # e.g. an overlay that did not verify
+        line=head_build.reason, line_no=0, category="build_failure")
+    verdict = compare.judge([failure], failed_at_base=base_build.status == "failed")
     regions = suspects.changed_regions(ws.repo, plan.merge_base, plan.head, plan.changed_files)
     text = head_build.log_excerpt
-    category = failure.category if failure else "build_failure"
     result = Verdict(suite="build", test=", ".join(plan.recipes), target="build", base=base_build.status,
-                     head="failed", verdict=verdict, category=category,
-                     rule=failure.rule if failure else "", primary_line=failure.line if failure else head_build.reason,
-                     fingerprint=failure.fingerprint if failure else "", title=failure.title if failure else "",
-                     explanation=failure.explanation if failure else "", log_excerpt=text[-3000:],
-                     suspects=suspects.rank(regions, failure, text, category, tables),
+                     head="failed", verdict=verdict, failure=failure, log_excerpt=text[-3000:],
+                     suspects=suspects.rank(regions, failure, text, failure.category, tables),
                      reproduce="; ".join(" ".join(c) for r in plan.recipes for c in tables.recipes[r].commands))
     return _report(plan, head_build, [result], [], start, base_cached=False)
 
@@ -292,10 +285,6 @@ def _no_sandbox(plan, tables, problem: str, start) -> Report:
     return _report(plan, build, [], results, start, base_cached=False)
 
 
-def _failure_from_dict(data: dict) -> Failure:
-    return Failure.from_dict(data)
-
-
 def _counts(result: SuiteResult) -> str:
     if result.status != "ran":
         return f"{result.status} ({result.reason})"
@@ -304,7 +293,7 @@ def _counts(result: SuiteResult) -> str:
 
 
 def _report(plan, build, verdicts, suite_results, start, base_cached) -> Report:
-    summary = {v: sum(r.verdict == v for r in verdicts) for v in VERDICTS}
+    summary = {v: n for v, n in compare.tally(verdicts).items() if v in VERDICTS}
     summary["not_run"] = sum(s.status == "not_run" for s in suite_results)
     return Report(base=plan.base, head=plan.head, merge_base=plan.merge_base, plan=plan, build=build,
                   results=verdicts, suites=suite_results, summary=summary,

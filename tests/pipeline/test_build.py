@@ -98,8 +98,8 @@ def test_cmake_recipe_builds_caches_and_classifies_a_compile_error(gitkit, tmp_p
 
     broken = build_commit(workspace("run3"), tables, "broken", change, ["cmake-host"], classify_text)
     assert broken.status == "failed"
-    assert broken.failures and broken.failures[0]["category"] == "build_failure"
-    assert "tiny.cpp:2" in broken.failures[0]["line"] and "undefined_value" in broken.failures[0]["line"]
+    assert broken.failures and broken.failures[0].category == "build_failure"
+    assert "tiny.cpp:2" in broken.failures[0].line and "undefined_value" in broken.failures[0].line
     # a failed build never lands in the cache
     assert len([p for p in (data_dir / "build-cache").iterdir() if p.is_dir()]) == 1
 

@@ -38,7 +38,7 @@ def test_partitioner_routing_is_a_new_multi_method_failure(et_repo, data_dir, pa
     assert new, data["summary"]
     assert {r["suite"] for r in new} == {"multi_method"}
     assert all(r["head"] in ("failed", "error") and r["base"] == "passed" for r in new)
-    assert any(r["category"] == "multi_method_lowering" for r in new), [r["category"] for r in new]
+    assert any(r["failure"]["category"] == "multi_method_lowering" for r in new), [r["failure"] for r in new]
     for r in new:
         assert r["suspects"][0]["path"] == "exir/backend/backend_api.py"
         assert r["reproduce"].startswith("python -m pytest exir/backend/test/test_to_backend_multi_method.py::")
@@ -57,7 +57,7 @@ def test_getitem_order_breaks_the_multi_method_probe(et_repo, data_dir, patches)
     data, _, _ = run_triage(et_repo, data_dir, head, ["probes"])
 
     new = new_results(data)
-    assert [r["category"] for r in new] == ["multi_method_lowering"] * len(new) and new
+    assert [r["failure"]["category"] for r in new] == ["multi_method_lowering"] * len(new) and new
     top = [s["path"] for s in new[0]["suspects"][:3]]
     assert "exir/backend/backend_api.py" in top
     assert new[0]["reproduce"].startswith("python -m tasks.probes --suite multi_method")
@@ -69,9 +69,9 @@ def test_dropped_buffer_write_back_is_a_mutable_buffer_failure(et_repo, tmp_path
     data, _, _ = run_triage(et_repo, tmp_path / "data", head, ["probes", "multi_method"])
 
     new = new_results(data)
-    assert new and any(r["category"] == "mutable_buffer" for r in new), data["results"]
+    assert new and any(r["failure"]["category"] == "mutable_buffer" for r in new), data["results"]
     patched = "exir/passes/insert_write_back_for_buffers_pass.py"
-    mutable = [r for r in new if r["category"] == "mutable_buffer"]
+    mutable = [r for r in new if r["failure"]["category"] == "mutable_buffer"]
     assert any(patched in [s["path"] for s in r["suspects"][:3]] for r in mutable)
     assert_env_failure_never_new(data)
     base_runs = {b["suite"]: b for b in data["base_runs"]}
@@ -137,7 +137,7 @@ def test_selected_suite_runs_only_heads_failures_at_the_merge_base(flaky_triage)
     assert expected, "some selected test should fail at head and at the merge base"
     assert set(base_run["ran"]) == expected
     [head_suite] = [s for s in data["suites"] if s["suite"] == "selected"]
-    assert head_suite["tests"] > len(base_run["ran"])  # the passing ones did not run at base
+    assert len(head_suite["tests"]) > len(base_run["ran"])  # the passing ones did not run at base
     assert base_run["complete"] is False
     assert all(r["verdict"] == "pre_existing" for r in data["results"] if r["test"] in expected)
     assert any("`fixed` is only computed" in n for n in data["plan"]["notes"])
@@ -149,7 +149,7 @@ def test_quantizer_freezing_the_kv_cache_is_a_mutable_buffer_failure(et_repo, da
     data, _, _ = run_triage(et_repo, data_dir, head, ["probes"])
 
     new = new_results(data)
-    assert new and all(r["category"] == "mutable_buffer" for r in new)
+    assert new and all(r["failure"]["category"] == "mutable_buffer" for r in new)
     assert any("quantizer" in s["path"] for s in new[0]["suspects"][:3])
 
 

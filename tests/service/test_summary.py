@@ -6,6 +6,7 @@ import pytest
 from tasks.pipeline.report import to_markdown
 from tasks.records import BuildResult, Plan, Report, Verdict
 from tasks.summary import SUMMARY_MARKER, compose_comment, headline
+from triage_rules import Failure
 
 
 @pytest.mark.parametrize("counts, expected", [
@@ -23,9 +24,9 @@ def _report() -> Report:
     plan = Plan(base="b" * 40, head="h" * 40, merge_base="m" * 40, changed_files=[], areas=["exir"],
                 backends=[], suites=["probes"], targets=["host"], recipes=[], notes=["a note"])
     failure = Verdict(suite="probes", test="multi_method::p", target="host", base="passed", head="failed",
-                      verdict="new", category="multi_method_lowering", title="Probe failed",
-                      primary_line="ProbeFailure: [multi_method_lowering] x", reproduce="python -m tasks.probes",
-                      log_excerpt="## not a heading")
+                      verdict="new", failure=Failure(line="ProbeFailure: [multi_method_lowering] x", line_no=3,
+                                                     category="multi_method_lowering", title="Probe failed"),
+                      reproduce="python -m tasks.probes", log_excerpt="## not a heading")
     return Report(base="b" * 40, head="h" * 40, merge_base="m" * 40, plan=plan,
                   build=BuildResult(status="ok", kind="overlay", commit="h" * 40),
                   results=[failure], suites=[], summary={"new": 1})
@@ -54,8 +55,8 @@ def test_comment_has_one_headline_over_both_sections():
 
 def test_a_new_failure_says_who_decided_and_what_it_looks_like():
     report = _report()
-    report.results[0].decided_by, report.results[0].confidence = "model", 0.734
-    report.results[0].looks_like = [{"source": "https://github.com/pytorch/executorch/issues/1", "category":
+    report.results[0].failure.decided_by, report.results[0].failure.confidence = "model", 0.734
+    report.results[0].failure.looks_like = [{"source": "https://github.com/pytorch/executorch/issues/1", "category":
                                      "multi_method_lowering", "line": "x", "similarity": 0.61}]
     text = to_markdown(report)
     assert "- **Category:** `multi_method_lowering` (decided by `model`, confidence 0.73)" in text
