@@ -8,97 +8,141 @@ stderr and exit status 2 for the entry points (gunicorn's `bot.wsgi`, `etriage s
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Mapping
+from typing import Annotated, Any, Mapping
 from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr,
+                      ValidationError, ValidationInfo, model_validator)
+
+from triage_rules.yamlmodel import did_you_mean
 
 MIB = 1024 * 1024
 DEFAULT_MAX_BODY_BYTES = 25 * MIB  # GitHub caps webhook payloads at 25 MB
 DEFAULT_DELIVERY_TTL_SECONDS = 7 * 24 * 3600  # GitHub offers redelivery of the last few days
+ENVIRONMENT = "environment"  # the validation context of `from_env`: values are the variables' text
+
+# variable -> setting: the one list of what the service reads from its environment
+VARIABLES = {
+    "ETRIAGE_WEBHOOK_SECRET": "webhook_secrets",
+    "ETRIAGE_GITHUB_API_URL": "github_api_url",
+    "ETRIAGE_GITHUB_TOKEN": "github_token",
+    "ETRIAGE_GITHUB_APP_ID": "github_app_id",
+    "ETRIAGE_GITHUB_PRIVATE_KEY_PATH": "github_private_key_path",
+    "REDIS_URL": "redis_url",
+    "DATABASE_URL": "database_url",
+    "ETRIAGE_DATA_DIR": "data_dir",
+    "ETRIAGE_BOT_LOGIN": "bot_login",
+    "ETRIAGE_MAX_BODY_BYTES": "max_body_bytes",
+    "ETRIAGE_DELIVERY_TTL_SECONDS": "delivery_ttl_seconds",
+    "ETRIAGE_REPO_PATHS": "repo_checkouts",
+}
+_VARIABLE = {setting: variable for variable, setting in VARIABLES.items()}
+_SECRET = frozenset({"webhook_secrets", "github_token"})  # never echoed in an error
 
 
 class SettingsError(ValueError):
     """A missing or malformed setting; the message is one line naming the variable."""
 
 
-@dataclass(frozen=True)
-class Settings:
-    webhook_secrets: tuple[str, ...]
-    github_api_url: str = "https://api.github.com"
-    github_token: str | None = None
-    github_app_id: str | None = None
-    github_private_key_path: str | None = None
-    redis_url: str | None = None  # None: not configured (`etriage serve` starts an embedded one)
-    database_url: str | None = None  # None: SQLite under data_dir (see `database_url_or_default`)
-    data_dir: Path = field(default_factory=lambda: Path.home() / ".etriage")
-    bot_login: str = "etriage[bot]"
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    delivery_ttl_seconds: int = DEFAULT_DELIVERY_TTL_SECONDS
-    repo_checkouts: Mapping[str, Path] = field(default_factory=dict)
+# --- validators: each names the variable, so its message is the whole line ---------------------
 
-    def __post_init__(self) -> None:
-        secrets = self.webhook_secrets
-        if isinstance(secrets, str):  # a dict config may give "a,b" like the environment does
-            object.__setattr__(self, "webhook_secrets", _split_secrets(secrets))
-        else:
-            object.__setattr__(self, "webhook_secrets", tuple(secrets))
-        if not self.webhook_secrets or not all(self.webhook_secrets):
-            raise SettingsError("ETRIAGE_WEBHOOK_SECRET is not set")
-        object.__setattr__(self, "data_dir", Path(self.data_dir))
-        for name in ("max_body_bytes", "delivery_ttl_seconds"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise SettingsError(f"{name} must be a positive integer, got {value!r}")
-        if not self.bot_login:
-            raise SettingsError("ETRIAGE_BOT_LOGIN must not be empty")
+def _secrets(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):  # "a,b", as in the environment
+        return _split_secrets(value)
+    if not isinstance(value, (tuple, list)) or not value or not all(isinstance(v, str) and v for v in value):
+        raise ValueError("ETRIAGE_WEBHOOK_SECRET is not set")
+    return tuple(value)
+
+
+def _url(value: str | None, info: ValidationInfo) -> str | None:
+    if value is not None and "://" not in value:
+        raise ValueError(f"{_VARIABLE[info.field_name]} must be a URL with a scheme, got {_without_password(value)!r}")
+    return value
+
+
+def _app_id(value: str | None) -> str | None:
+    if value is not None and not value.isdigit():
+        raise ValueError(f"ETRIAGE_GITHUB_APP_ID must be a number, got {value!r}")
+    return value
+
+
+def _whole_number(value: object, info: ValidationInfo) -> object:
+    """The environment's text of a number is that number; elsewhere an int is required."""
+    if info.context == ENVIRONMENT and isinstance(value, str) and value.isdigit():
+        return int(value)
+    return value
+
+
+def _repo_paths(value: object) -> object:
+    """ETRIAGE_REPO_PATHS="owner/name=/path,owner2/x=/p2" -> {"owner/name": Path("/path"), ...}."""
+    if not isinstance(value, str):
+        return value
+    paths: dict[str, Path] = {}
+    for entry in filter(None, (part.strip() for part in value.split(","))):
+        repo, sep, path = entry.partition("=")
+        repo, path = repo.strip(), path.strip()
+        if not sep or not path or repo.count("/") != 1 or not all(repo.split("/")):
+            raise ValueError(f"ETRIAGE_REPO_PATHS entry {entry!r} is not owner/name=/path/to/clone")
+        paths[repo] = Path(path).expanduser()
+    return paths
+
+
+Url = Annotated[StrictStr, AfterValidator(_url)]
+PositiveInt = Annotated[StrictInt, BeforeValidator(_whole_number), Field(gt=0, description="a positive integer")]
+
+
+class Settings(BaseModel):
+    """The service's settings. `from_env` reads them from the environment, `from_mapping` from
+    a dict of field values (tests, `etriage serve`); unknown settings are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    webhook_secrets: Annotated[tuple[str, ...], BeforeValidator(_secrets)]
+    github_api_url: Annotated[Url, AfterValidator(lambda url: url.rstrip("/"))] = "https://api.github.com"
+    github_token: StrictStr | None = None
+    github_app_id: Annotated[StrictStr, AfterValidator(_app_id)] | None = None
+    github_private_key_path: StrictStr | None = None
+    redis_url: Url | None = None  # None: not configured (`etriage serve` starts an embedded one)
+    database_url: StrictStr | None = None  # None: SQLite under data_dir (see `database_url_or_default`)
+    data_dir: Path = Field(default_factory=lambda: Path.home() / ".etriage")
+    bot_login: Annotated[StrictStr, Field(min_length=1)] = "etriage[bot]"
+    max_body_bytes: PositiveInt = DEFAULT_MAX_BODY_BYTES
+    delivery_ttl_seconds: PositiveInt = DEFAULT_DELIVERY_TTL_SECONDS
+    repo_checkouts: Annotated[Mapping[str, Path], BeforeValidator(_repo_paths)] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _github_credentials(self, info: ValidationInfo) -> "Settings":
+        """The service needs a way into GitHub; a dict config (tests) may go without one."""
+        if info.context != ENVIRONMENT:
+            return self
+        if not self.github_token and not (self.github_app_id and self.github_private_key_path):
+            raise ValueError("set ETRIAGE_GITHUB_TOKEN, or ETRIAGE_GITHUB_APP_ID and ETRIAGE_GITHUB_PRIVATE_KEY_PATH")
+        key_path = self.github_private_key_path
+        if key_path and not self.github_token and not Path(key_path).is_file():
+            raise ValueError(f"ETRIAGE_GITHUB_PRIVATE_KEY_PATH: no such file {key_path}")
+        return self
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> "Settings":
-        env = {name: value.strip() for name, value in environ.items()}
-        secret = env.get("ETRIAGE_WEBHOOK_SECRET", "")
-        if not secret:
-            raise SettingsError("ETRIAGE_WEBHOOK_SECRET is not set")
-        token = env.get("ETRIAGE_GITHUB_TOKEN") or None
-        app_id = env.get("ETRIAGE_GITHUB_APP_ID") or None
-        key_path = env.get("ETRIAGE_GITHUB_PRIVATE_KEY_PATH") or None
-        if not token and not (app_id and key_path):
-            raise SettingsError(
-                "set ETRIAGE_GITHUB_TOKEN, or ETRIAGE_GITHUB_APP_ID and ETRIAGE_GITHUB_PRIVATE_KEY_PATH"
-            )
-        if app_id and not app_id.isdigit():
-            raise SettingsError(f"ETRIAGE_GITHUB_APP_ID must be a number, got {app_id!r}")
-        if key_path and not token and not Path(key_path).is_file():
-            raise SettingsError(f"ETRIAGE_GITHUB_PRIVATE_KEY_PATH: no such file {key_path}")
+        """The variables of VARIABLES that are set and not blank; HOME places the data directory."""
+        values: dict[str, Any] = {setting: environ[variable].strip() for variable, setting in VARIABLES.items()
+                                  if (environ.get(variable) or "").strip()}
         home = Path(environ.get("HOME") or Path.home())
-        data_dir = Path(env.get("ETRIAGE_DATA_DIR") or home / ".etriage").expanduser()
-        return cls(
-            webhook_secrets=_split_secrets(secret),
-            github_api_url=_url(env, "ETRIAGE_GITHUB_API_URL", "https://api.github.com").rstrip("/"),
-            github_token=token,
-            github_app_id=app_id,
-            github_private_key_path=key_path,
-            redis_url=_url(env, "REDIS_URL", None),
-            database_url=env.get("DATABASE_URL") or None,
-            data_dir=data_dir,
-            bot_login=env.get("ETRIAGE_BOT_LOGIN") or "etriage[bot]",
-            max_body_bytes=_positive_int(env, "ETRIAGE_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
-            delivery_ttl_seconds=_positive_int(
-                env, "ETRIAGE_DELIVERY_TTL_SECONDS", DEFAULT_DELIVERY_TTL_SECONDS
-            ),
-            repo_checkouts=_repo_paths(env.get("ETRIAGE_REPO_PATHS", "")),
-        )
+        values["data_dir"] = Path(values.get("data_dir") or home / ".etriage").expanduser()
+        return cls._validated(values, ENVIRONMENT)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, object]) -> "Settings":
         """Settings from a dict of field overrides (tests, `etriage serve`); unknown keys fail."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise SettingsError(f"unknown setting {unknown[0]!r}; known: {', '.join(sorted(known))}")
-        if "webhook_secrets" not in values:
-            raise SettingsError("ETRIAGE_WEBHOOK_SECRET is not set")
-        return cls(**values)
+        return cls._validated(dict(values), None)
+
+    @classmethod
+    def _validated(cls, values: dict, context: str | None) -> "Settings":
+        try:
+            return cls.model_validate(values, context=context)
+        except ValidationError as error:
+            raise SettingsError(_one_line(error, values, context == ENVIRONMENT)) from None
 
     @property
     def database_url_or_default(self) -> str:
@@ -106,7 +150,7 @@ class Settings:
 
     def redacted(self) -> dict:
         """The settings as a dict that is safe to log: no secrets, tokens or URL passwords."""
-        data = asdict(self)
+        data = self.model_dump()
         data["webhook_secrets"] = f"<{len(self.webhook_secrets)} secret(s)>"
         data["github_token"] = "<set>" if self.github_token else None
         data["redis_url"] = _without_password(self.redis_url)
@@ -114,6 +158,30 @@ class Settings:
         data["data_dir"] = str(self.data_dir)
         data["repo_checkouts"] = {repo: str(path) for repo, path in self.repo_checkouts.items()}
         return data
+
+
+def _one_line(error: ValidationError, values: dict, environment: bool) -> str:
+    """The first problem, naming the variable (from the environment) or the setting."""
+    detail = error.errors(include_url=False)[0]
+    setting = detail["loc"][0] if detail["loc"] else None
+    kind = detail["type"]
+    if kind == "missing":
+        return f"{_VARIABLE[setting]} is not set"
+    if kind == "extra_forbidden":
+        known = sorted(Settings.model_fields)
+        return f"unknown setting {setting!r}{did_you_mean(setting, known)}; known: {', '.join(known)}"
+    if kind in ("value_error", "assertion_error"):
+        return str(detail["ctx"]["error"])
+    name = _VARIABLE[setting] if environment else setting
+    if kind == "string_too_short":
+        return f"{name} must not be empty"
+    info = Settings.model_fields[setting]
+    wanted = info.description or detail["msg"].removeprefix("Input should be ")  # a type error: which type
+    if setting in _SECRET:  # never echoed
+        return f"{name} must be {wanted}"
+    value = values.get(setting)
+    shown = _without_password(value) if setting.endswith("_url") and isinstance(value, str) else value
+    return f"{name} must be {wanted}, got {shown!r}"
 
 
 def load_or_exit(environ: Mapping[str, str], *, require_redis: bool = False) -> Settings:
@@ -131,40 +199,10 @@ def load_or_exit(environ: Mapping[str, str], *, require_redis: bool = False) -> 
 def _split_secrets(value: str) -> tuple[str, ...]:
     secrets = tuple(part.strip() for part in value.split(","))
     if not any(secrets):
-        raise SettingsError("ETRIAGE_WEBHOOK_SECRET is not set")
+        raise ValueError("ETRIAGE_WEBHOOK_SECRET is not set")
     if not all(secrets):
-        raise SettingsError("ETRIAGE_WEBHOOK_SECRET has an empty entry (check the commas)")
+        raise ValueError("ETRIAGE_WEBHOOK_SECRET has an empty entry (check the commas)")
     return secrets
-
-
-def _url(env: Mapping[str, str], name: str, default: str | None) -> str | None:
-    value = env.get(name) or default
-    if value is not None and "://" not in value:
-        raise SettingsError(f"{name} must be a URL with a scheme, got {_without_password(value)!r}")
-    return value
-
-
-def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
-    if not raw:
-        return default
-    if not raw.isdigit() or int(raw) <= 0:
-        raise SettingsError(f"{name} must be a positive integer, got {raw!r}")
-    return int(raw)
-
-
-def _repo_paths(value: str) -> dict[str, Path]:
-    """ETRIAGE_REPO_PATHS="owner/name=/path,owner2/x=/p2" -> {"owner/name": Path("/path"), ...}."""
-    paths: dict[str, Path] = {}
-    for entry in filter(None, (part.strip() for part in value.split(","))):
-        repo, sep, path = entry.partition("=")
-        repo, path = repo.strip(), path.strip()
-        if not sep or not path or repo.count("/") != 1 or not all(repo.split("/")):
-            raise SettingsError(
-                f"ETRIAGE_REPO_PATHS entry {entry!r} is not owner/name=/path/to/clone"
-            )
-        paths[repo] = Path(path).expanduser()
-    return paths
 
 
 def _without_password(url: str | None) -> str | None:
