@@ -14,7 +14,7 @@ import redis
 from flask import Flask
 from werkzeug.exceptions import HTTPException
 
-from bot import health, webhooks
+from bot import dashboard, health, webhooks
 from bot.services import Services, answer
 from bot.settings import Settings, SettingsError
 
@@ -24,6 +24,7 @@ def create_app(
     *,
     dispatcher: object | None = None,
     redis_client: redis.Redis | None = None,
+    dashboard_config: dashboard.DashboardConfig | None = None,
 ) -> Flask:
     """The web app. `dispatcher` replaces the Publisher (an object with the same methods and a
     `DispatchError` attribute); `redis_client` replaces the client built from redis_url."""
@@ -42,6 +43,10 @@ def create_app(
     app.extensions["etriage"] = Services(settings, redis_client, dispatcher)
     app.register_blueprint(webhooks.blueprint)
     app.register_blueprint(health.blueprint)
+    # The dashboard (bot/dashboard): pages, /api/, /metrics, GitHub login. Its database opens
+    # on first use; its settings come from the environment only when the app's do.
+    dashboard.init_app(app, settings, redis_client, dashboard_config or (
+        dashboard.DashboardConfig.from_env(os.environ) if config is None else None))
     app.register_error_handler(HTTPException, _http_error_as_json)
     return app
 

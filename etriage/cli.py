@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("etriage.serve", "run web + worker locally (embedded Redis and SQLite by default)"),
     "replay": ("etriage.replay", "sign and send a webhook payload to a running etriage"),
     "demo": ("etriage.demo", "serve, replay a pull_request, print the resulting PR comment"),
+    "dashboard": ("etriage.dashboard", "serve the maintainer dashboard (--demo: on a seeded database)"),
 }
 
 

@@ -212,6 +212,10 @@ def seed(history: History, *, runs: int = 300, results: int = 6000, days: int = 
             primary_line_no=log.splitlines().index(primary) if primary in log.splitlines() else None))
         result_rows.append(results_here)
         failure_rows.append(failures_here)
+    order = sorted(range(len(run_rows)), key=lambda i: run_rows[i]["started_at"])  # ids in time order
+    run_rows = [run_rows[i] for i in order]
+    result_rows = [result_rows[i] for i in order]
+    failure_rows = [failure_rows[i] for i in order]
     bulk = BulkLoad(history)
     with history.engine.begin() as conn:
         ids = bulk.runs(conn, run_rows)

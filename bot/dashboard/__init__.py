@@ -1,0 +1,36 @@
+"""The maintainer dashboard: server-rendered pages (/dashboard/), a read-only JSON API (/api/,
+described by /api/openapi.json), Prometheus metrics (/metrics) and the GitHub login that private
+repositories need. `init_app(app, settings, redis_client, config)` registers it all.
+
+The database is opened on first use (an app that only takes webhooks never touches it), as a
+bot.store.Store with bot.history's tables. Configuration is read once, at start
+(`DashboardConfig.from_env`); nothing here reads the environment at import.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from flask import Flask
+
+from bot.dashboard import api, auth, metrics, pages
+from bot.dashboard.context import DashboardConfig, DashboardState
+
+__all__ = ["DashboardConfig", "DashboardState", "init_app"]
+
+
+def init_app(app: Flask, settings, redis_client, config: DashboardConfig | None = None) -> DashboardState:
+    config = config or DashboardConfig()
+    secret = config.session_secret or hmac.new(
+        settings.webhook_secrets[0].encode(), b"etriage dashboard session", hashlib.sha256).hexdigest()
+    app.secret_key = secret
+    app.config.update(SESSION_COOKIE_NAME="etriage_session", SESSION_COOKIE_HTTPONLY=True,
+                      SESSION_COOKIE_SECURE=config.secure_cookies, SESSION_COOKIE_SAMESITE="Lax",
+                      PERMANENT_SESSION_LIFETIME=8 * 3600)
+    dashboard_state = DashboardState(config, settings, redis_client)
+    app.extensions["etriage-dashboard"] = dashboard_state
+    app.register_blueprint(pages.blueprint)
+    app.register_blueprint(api.blueprint)
+    app.register_blueprint(auth.blueprint)
+    app.register_blueprint(metrics.blueprint)
+    return dashboard_state

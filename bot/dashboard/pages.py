@@ -1,0 +1,140 @@
+"""The dashboard's pages (/dashboard/...), server-rendered and usable without JavaScript.
+
+Each page is one query of bot.dashboard.queries rendered by a template in
+bot/templates/dashboard/. Jinja escapes every value (PR titles, test ids, log lines are text);
+charts are inline SVG from bot.dashboard.charts.
+"""
+from __future__ import annotations
+
+from flask import Blueprint, abort, render_template, request, url_for
+from werkzeug.exceptions import HTTPException
+
+from bot.dashboard import charts
+from bot.dashboard.auth import require, viewer
+from bot.dashboard.context import state
+from bot.dashboard.queries import WINDOWS, FilterError, Filters, queues
+from bot.history import day_range
+
+blueprint = Blueprint("dashboard", __name__, url_prefix="/dashboard")
+LOG_CONTEXT = 4  # lines shown either side of the primary line; the rest collapsed
+
+
+def _filters() -> Filters:
+    try:
+        return Filters.from_args(request.args)
+    except FilterError as error:
+        abort(400, str(error))
+
+
+@blueprint.app_template_global()
+def page_url(endpoint: str, filters: Filters, **override) -> str:
+    return url_for(endpoint, **{**request.view_args, **filters.args(**override)})
+
+
+@blueprint.errorhandler(HTTPException)
+def _error_page(error: HTTPException):
+    """Pages answer errors as pages (the app's other blueprints answer JSON)."""
+    return render_template("dashboard/message.html", title=f"{error.code} {error.name}",
+                           message=error.description, filters=Filters()), error.code
+
+
+@blueprint.context_processor
+def _common():
+    return {"viewer": viewer(), "windows": WINDOWS, "login_enabled": bool(state().config.oauth_client_id)}
+
+
+@blueprint.get("/")
+def overview():
+    filters = _filters()
+    data = state().dashboard.overview(filters, viewer())
+    days = [d[5:] for d in data["days"]]
+    series30 = {h["name"]: [p["pass_rate"] for p in h["daily"]] for h in data["health"]}
+    series7 = {name: values[-7:] for name, values in series30.items()}
+    return render_template(
+        "dashboard/overview.html", data=data, filters=filters,
+        chart7=charts.line_chart("Pass rate per backend / target, last 7 days", days[-7:], series7,
+                                 y_label="pass rate (%)", y_max=100, unit="%"),
+        chart30=charts.line_chart("Pass rate per backend / target, last 30 days", days, series30,
+                                  y_label="pass rate (%)", y_max=100, unit="%"))
+
+
+@blueprint.get("/prs")
+def prs():
+    filters = _filters()
+    return render_template("dashboard/prs.html", data=state().dashboard.prs(filters, viewer()), filters=filters)
+
+
+@blueprint.get("/pr/<owner>/<name>/<int:number>")
+def pr(owner: str, name: str, number: int):
+    repo = f"{owner}/{name}"
+    refused = require(repo)
+    if refused is not None:
+        return refused
+    data = state().dashboard.pr(repo, number, viewer())
+    if data is None:
+        abort(404, f"no triage of {repo}#{number} is recorded")
+    return render_template("dashboard/pr.html", data=data, filters=Filters())
+
+
+@blueprint.get("/clusters")
+def clusters():
+    filters = _filters()
+    data = state().dashboard.clusters(filters, viewer())
+    for item in data["items"]:
+        item["spark"] = charts.sparkline(item["daily"], label=f"{sum(item['daily'])} failures in 30 days")
+    return render_template("dashboard/clusters.html", data=data, filters=filters)
+
+
+@blueprint.get("/clusters/<cluster_id>")
+def cluster(cluster_id: str):
+    filters = _filters()
+    data = state().dashboard.cluster(cluster_id, filters, viewer())
+    if data is None:
+        abort(404, f"no cluster {cluster_id}")
+    days = [d.isoformat()[5:] for d in day_range(30)]
+    chart = charts.line_chart("Failures per day, last 30 days", days,
+                              {"failures": data["cluster"]["daily"]}, y_label="failures")
+    return render_template("dashboard/cluster.html", data=data, filters=filters, chart=chart)
+
+
+@blueprint.get("/flaky")
+def flaky():
+    filters = _filters()
+    return render_template("dashboard/flaky.html", data=state().dashboard.flaky(filters, viewer()), filters=filters)
+
+
+@blueprint.get("/runs/<int:run_id>")
+def run(run_id: int):
+    data = state().dashboard.run(run_id, viewer())
+    if data is None:
+        refused = _run_refusal(run_id)
+        if refused is not None:
+            return refused
+        abort(404, f"no run {run_id}")
+    lines, primary = data["log"]["lines"], data["log"]["primary"]
+    if primary is None:  # no primary line known: the tail is what matters
+        cut = max(0, len(lines) - 2 * LOG_CONTEXT)
+        before, after = list(enumerate(lines[:cut])), []
+        focus = [(i + cut, line) for i, line in enumerate(lines[cut:])]
+    else:
+        start, end = max(0, primary - LOG_CONTEXT), primary + LOG_CONTEXT + 1
+        before = list(enumerate(lines[:start]))
+        focus = [(i + start, line) for i, line in enumerate(lines[start:end])]
+        after = [(i + end, line) for i, line in enumerate(lines[end:])]
+    return render_template("dashboard/run.html", data=data, filters=Filters(),
+                           log_before=before, log_focus=focus, log_after=after, primary=primary)
+
+
+def _run_refusal(run_id: int):
+    """A private repository's run: a login for strangers, 404 for others."""
+    history = state().dashboard.h
+    t = history.t["triage_runs"]
+    with history.engine.connect() as conn:
+        repo = conn.execute(t.select().with_only_columns(t.c.repo).where(t.c.id == run_id)).scalar()
+    return require(repo) if repo else None
+
+
+@blueprint.get("/devices")
+def devices():
+    return render_template("dashboard/devices.html", devices=state().dashboard.devices(),
+                           queues=queues(state().redis), filters=Filters())
