@@ -258,6 +258,11 @@ def _writes_into(node: torch.fx.Node, placeholder: torch.fx.Node) -> bool:
 def cache_problems(ep, fqns: list[str]) -> list[str]:
     """Each buffer in `fqns` must be a BUFFER input with a BUFFER_MUTATION output, read by the
     graph, and no cache write may start from a copy of it (a constant)."""
+    return signature_problems(ep, fqns) + [write.describe() for write in constant_cache_writes(ep)]
+
+
+def signature_problems(ep, fqns: list[str]) -> list[str]:
+    """What the graph signature says is wrong with each mutated buffer in `fqns`."""
     problems = []
     for fqn, state in signature_summary(ep, fqns).buffers.items():
         if state.input_name is None:
@@ -266,7 +271,7 @@ def cache_problems(ep, fqns: list[str]) -> list[str]:
             problems.append(f"{fqn} ({state.input_name}) has no BUFFER_MUTATION output")
         elif not state.read:
             problems.append(f"{fqn} ({state.input_name}) is never read; its update starts from a constant")
-    return problems + [write.describe() for write in constant_cache_writes(ep)]
+    return problems
 
 
 def _buffer_inputs(ep, fqns: list[str]) -> dict[str, str]:

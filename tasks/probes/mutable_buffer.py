@@ -77,16 +77,7 @@ def _functional(ep):
 
 
 def _signature_problems(stage: str, ep) -> list[str]:
-    summary = graph_checks.signature_summary(ep, list(CACHES))
-    problems = []
-    for fqn, state in summary.buffers.items():
-        if state.input_name is None:
-            problems.append(f"{stage}: {fqn} is missing from the BUFFER inputs")
-        elif state.mutated_by is None:
-            problems.append(f"{stage}: {fqn} ({state.input_name}) has no BUFFER_MUTATION output")
-        elif not state.read:
-            problems.append(f"{stage}: {fqn} ({state.input_name}) is never read; its update starts from a constant")
-    return problems
+    return [f"{stage}: {problem}" for problem in graph_checks.signature_problems(ep, list(CACHES))]
 
 
 def _describe(stage: str, ep) -> str:
