@@ -234,8 +234,19 @@ def validate(model: Any, located: Located, data: Any = ..., *, context: Any = No
 def problems(error: ValidationError, located: Located, model: Any) -> list[Problem]:
     """pydantic's errors as Problems, in file order."""
     found = [_problem(detail, located, model) for detail in error.errors(include_url=False)]
-    unique = list(dict.fromkeys(found))
+    unique = _without_misspelt_missing(list(dict.fromkeys(found)))
     return sorted(unique, key=lambda problem: problem.line)
+
+
+def _without_misspelt_missing(found: list[Problem]) -> list[Problem]:
+    """`titel:` makes `title` missing too: the unknown key (with its did-you-mean) says it all."""
+    unknown = {(p.loc, str(p.key)) for p in found if p.kind == "extra_forbidden"}
+
+    def misspelt(problem: Problem) -> bool:
+        typos = [key for loc, key in unknown if loc == problem.loc]
+        return problem.kind == "missing" and bool(difflib.get_close_matches(str(problem.key), typos, n=1))
+
+    return [problem for problem in found if not misspelt(problem)]
 
 
 _ADAPTERS: dict[Any, Any] = {}
@@ -271,7 +282,7 @@ def _problem(detail: dict, located: Located, model: Any) -> Problem:
                        f"unknown key {key!r}{hint} (known: {', '.join(known) or 'none'})", kind, key)
     if kind == "missing":
         parent, key = loc[:-1], loc[-1]
-        return Problem(located.line(parent), parent, f"missing required key {key!r}", kind, key)
+        return Problem(located.line(parent, key=True), parent, f"missing required key {key!r}", kind, key)
     value = detail.get("input")
     if kind == "literal_error":
         choices = _literal_choices(model, loc, is_key)

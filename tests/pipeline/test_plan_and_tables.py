@@ -8,7 +8,8 @@ import pytest
 
 from tasks.pipeline.gitio import GitError
 from tasks.pipeline.plan import plan_change
-from tasks.pipeline.tables import DEFAULT_DIR, TableError, load_tables
+from tasks.pipeline.tables import DEFAULT_DIR, Area, Recipe, Selection, Suite, TableError, TargetSpec, load_tables
+from triage_rules import catalogue
 from tasks.sample_repo import SampleRepo
 
 
@@ -124,6 +125,14 @@ def test_unknown_keys_in_tables_are_rejected_with_the_file_name(tmp_path):
     suites.write_text(suites.read_text().replace("    kind: probes\n", "    kind: probes\n    timeout_s: 3\n"))
     with pytest.raises(TableError, match=r"suites\.yaml:\d+: suites\.probes: unknown key 'timeout_s'"):
         load_tables(tables)
+
+
+def test_every_key_a_table_may_set_has_its_record_field():
+    """load_tables hands each entry's keys to its record by name: a key added to a model
+    (triage_rules/catalogue.py) needs the field on the record, and this says which."""
+    for model, record in [(catalogue.AreaYaml, Area), (catalogue.SuiteYaml, Suite), (catalogue.SelectionYaml, Selection),
+                          (catalogue.RecipeYaml, Recipe), (catalogue.TargetYaml, TargetSpec)]:
+        assert set(model.model_fields) <= set(record.__dataclass_fields__), record.__name__
 
 
 def test_default_tables_load():
