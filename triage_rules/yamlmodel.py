@@ -103,7 +103,7 @@ def pattern(regex: str, what: str):
 
 @dataclass(frozen=True)
 class Unsupported:
-    """A YAML value of a type the readers never build (its tag is kept for the message)."""
+    """A YAML value of a type the readers never build; no model field accepts it."""
 
     tag: str
 

@@ -117,6 +117,32 @@ def test_dict_config_overrides_fields_and_rejects_unknown_ones():
         Settings.from_mapping({"webhook_secrets": "a", "max_body_bytes": "10"})
 
 
+@pytest.mark.parametrize("values, message", [
+    ({"webhook_secrets": "a", "redis": "redis://x/0"}, "unknown setting 'redis' (did you mean 'redis_url'?); known: "),
+    ({"webhook_secrets": "a", "max_body_bytes": True}, "max_body_bytes must be a positive integer, got True"),
+    ({"webhook_secrets": "a", "delivery_ttl_seconds": 0}, "delivery_ttl_seconds must be a positive integer, got 0"),
+    ({"webhook_secrets": "a", "bot_login": ""}, "bot_login must not be empty"),
+    ({"webhook_secrets": "a", "redis_url": "redis:6379"}, "REDIS_URL must be a URL with a scheme, got 'redis:6379'"),
+    ({"webhook_secrets": "a", "github_token": 12345}, "github_token must be a valid string"),
+    ({"webhook_secrets": ("a", "")}, "ETRIAGE_WEBHOOK_SECRET is not set"),
+    ({"webhook_secrets": "a", "repo_checkouts": "executorch=/src"},
+     "ETRIAGE_REPO_PATHS entry 'executorch=/src' is not owner/name=/path/to/clone"),
+])
+def test_dict_config_mistakes_are_one_clear_line(values, message):
+    with pytest.raises(SettingsError) as error:
+        Settings.from_mapping(values)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+    assert "12345" not in str(error.value)  # a token is never echoed
+
+
+def test_dict_config_takes_text_for_paths_and_secrets():
+    settings = Settings.from_mapping({"webhook_secrets": ["a", "b"], "data_dir": "/srv/etriage",
+                                      "repo_checkouts": "o/r=/src/r"})
+    assert settings.webhook_secrets == ("a", "b") and settings.data_dir == Path("/srv/etriage")
+    assert settings.repo_checkouts == {"o/r": Path("/src/r")}
+    assert Settings.from_mapping({"webhook_secrets": "a"}) == Settings(webhook_secrets=("a",))
+
+
 def test_load_or_exit_prints_one_line_and_exits_2(capsys):
     with pytest.raises(SystemExit) as exit_:
         load_or_exit({"ETRIAGE_GITHUB_TOKEN": "t"})
