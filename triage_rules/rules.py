@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
 from pydantic import AfterValidator, Field
 
 from triage_rules import yamlmodel as ym
@@ -243,14 +242,24 @@ def _texts(subject: Subject, key: str) -> tuple[str, ...]:
     return (getattr(subject, key) or "",)
 
 
+class _OwnersFile(ym.StrictModel):
+    """owners.yaml: /path/ prefix -> @handles."""
+
+    owners: dict[ym.pattern(r"/", "a /path/"), tuple[ym.pattern(r"@", "an @handle"), ...]] = {}
+
+
 @functools.lru_cache(maxsize=1)
 def owners_table(path: Path = OWNERS_FILE) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """(path prefix, owners) pairs, longest prefix first."""
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    table = data.get("owners", {})
-    if not isinstance(table, dict):
-        raise RuleError(f"{path}: 'owners' must map /path/ to a list of @handles")
-    return tuple(sorted(((p, tuple(o)) for p, o in table.items()), key=lambda item: -len(item[0])))
+    try:
+        located = ym.read(path.read_text(encoding="utf-8"))
+    except ym.YamlSyntaxError as error:
+        raise RuleError(f"{path}:{error.line}: invalid YAML: {error.message}") from None
+    parsed, problems = ym.validate(_OwnersFile, located, located.data or {})
+    if problems:
+        first = problems[0]
+        raise RuleError(f"{path}:{first.line}: {first.where or 'top level'}: {first.message}")
+    return tuple(sorted(parsed.owners.items(), key=lambda item: -len(item[0])))
 
 
 def owners_for_path(path: str) -> list[str]:

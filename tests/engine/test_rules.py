@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from triage_rules import CATEGORIES, classify_text
-from triage_rules.rules import RuleError, Subject, default_rules, load_rules, match_rules, parse_rules
+from triage_rules.rules import (RuleError, Subject, default_rules, load_rules, match_rules, owners_table,
+                                parse_rules)
 
 GOOD = """\
 rules:
@@ -128,3 +129,15 @@ def test_no_rule_match_still_explains(tmp_path):
 def test_job_name_matcher():
     first = classify_text("Process exploded somewhere. error: nope\n", job_name="Lint / lintrunner")
     assert first[0].category == "lint"
+
+
+@pytest.mark.parametrize("text, error", [
+    ('owners:\n  /a/: ["@x"]\n  /b/: [y]\n', r"owners\.yaml:3: owners\./b/\[0\]: 'y' is not an @handle"),
+    ('owners:\n  a/: ["@x"]\n', r"owners\.yaml:2: owners\.a/: 'a/' is not a /path/"),
+    ('owner:\n  /a/: ["@x"]\n', r"owners\.yaml:1: top level: unknown key 'owner' \(did you mean 'owners'\?\)"),
+])
+def test_owners_file_mistakes_name_the_line(tmp_path, text, error):
+    path = tmp_path / "owners.yaml"
+    path.write_text(text)
+    with pytest.raises(RuleError, match=error):
+        owners_table.__wrapped__(path)  # the uncached reader: the shipped table stays cached
