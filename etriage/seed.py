@@ -132,7 +132,7 @@ def seed(history: History, *, runs: int = 300, results: int = 6000, days: int = 
         incidents.append(Incident(line, excerpt, category, kind, rng.sample(tests, rng.randint(1, 4)),
                                   start, min(now, start + length),
                                   {"trunk": 0.9, "new": 0.8, "flaky": 0.15}[kind]))
-    prs = [(PRIVATE if n % 10 == 7 else PUBLIC, 9000 + n) for n in range(max(4, runs // 4))]
+    prs = [(PRIVATE if n % 10 == 7 else PUBLIC, 9000 + n) for n in range(max(4, runs // 3))]
     pr_meta = {pr: (TITLES[i % len(TITLES)], AUTHORS[i % len(AUTHORS)]) for i, pr in enumerate(prs)}
     per_run = max(1, results // max(1, runs))
     run_rows, result_rows, failure_rows = [], [], []
@@ -181,7 +181,9 @@ def seed(history: History, *, runs: int = 300, results: int = 6000, days: int = 
                     suspects=[{"path": "exir/passes/constant_prop_pass.py", "symbol": "constant_prop_pass",
                                "line": rng.randint(20, 400), "score": 3.0, "reason": "in the traceback"}]
                     if verdict == "new" else [], at=started + timedelta(minutes=5)))
-                log_lines += [f"=== {test} ({tgt}) ===", *hit.excerpt.splitlines()[-12:]]
+                excerpt = hit.excerpt.splitlines()[-12:]
+                excerpt = [line if x.strip() == hit.line.strip() else x for x in excerpt]
+                log_lines += [f"=== {test} ({tgt}) ===", *excerpt, *([] if line in excerpt else [line])]
             results_here.append(dict(repo=repo, sha=head, suite=suite, test=test, target=tgt,
                                      backend=backend_of(suite, tgt, test), outcome=outcome,
                                      retries=1 if outcome == "flaky" else 0,

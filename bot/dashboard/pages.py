@@ -38,7 +38,7 @@ def _error_page(error: HTTPException):
                            message=error.description, filters=Filters()), error.code
 
 
-@blueprint.context_processor
+@blueprint.app_context_processor
 def _common():
     return {"viewer": viewer(), "windows": WINDOWS, "login_enabled": bool(state().config.oauth_client_id)}
 

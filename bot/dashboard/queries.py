@@ -323,14 +323,14 @@ class Dashboard:
             tests = sorted({row["test"] for row in rows})
             trend = {}
             if tests:
-                for t in conn.execute(select(
-                        res.c.repo, res.c.test, res.c.target, (res.c.at >= week).label("recent"),
-                        func.count().label("runs"),
-                        func.sum(func.cast(res.c.outcome == "flaky", Integer)).label("flaky"))
-                        .where(res.c.test.in_(tests), res.c.outcome != "skipped",
-                               res.c.at >= _now() - timedelta(days=30))
-                        .group_by(res.c.repo, res.c.test, res.c.target, (res.c.at >= week))):
-                    trend[(t.repo, t.test, t.target, bool(t.recent))] = (t.flaky or 0) / t.runs if t.runs else None
+                month = _now() - timedelta(days=30)
+                for recent, window in ((True, res.c.at >= week), (False, and_(res.c.at >= month, res.c.at < week))):
+                    for t in conn.execute(select(
+                            res.c.repo, res.c.test, res.c.target, func.count().label("runs"),
+                            func.sum(func.cast(res.c.outcome == "flaky", Integer)).label("flaky"))
+                            .where(res.c.test.in_(tests), res.c.outcome != "skipped", window)
+                            .group_by(res.c.repo, res.c.test, res.c.target)):
+                        trend[(t.repo, t.test, t.target, recent)] = (t.flaky or 0) / t.runs if t.runs else None
                 targets = {}
                 for t in conn.execute(select(s.c.repo, s.c.test, s.c.target).where(
                         s.c.test.in_(tests), s.c.flaky > 0)):

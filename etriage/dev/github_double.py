@@ -103,6 +103,13 @@ class GitHubDouble:
         self.token_lifetime = 3600.0  # seconds; GitHub's installation tokens live an hour
         self.token_expiry: dict[str, float] = {}  # issued token -> epoch seconds
         self.revoked: set[str] = set()  # issued tokens refused before their expiry
+        # The OAuth web flow (the dashboard's login): registered apps, who approves the next
+        # authorize request, the repositories each user can read, and codes/tokens issued.
+        self.oauth_apps: dict[str, str] = {}  # client id -> client secret
+        self.oauth_user: str | None = None  # who is signed in at "github.com" (None: denies)
+        self.user_repos: dict[str, dict[str, bool]] = {}  # login -> {full_name: private}
+        self.oauth_codes: dict[str, tuple[str, str]] = {}  # code -> (client id, login)
+        self.user_tokens: dict[str, str] = {}  # user token -> login
         self._faults: list[tuple[str, re.Pattern, Fault]] = []
         self._holds: list[tuple[str, re.Pattern, Hold]] = []
         self._next_id = 1000
@@ -275,6 +282,17 @@ class GitHubDouble:
                     url=f"{self.url}/users/{quote(login)}")
         return user
 
+    def add_oauth_app(self, client_id: str, client_secret: str) -> None:
+        with self.lock:
+            self.oauth_apps[client_id] = client_secret
+
+    def sign_in(self, login: str | None, repos: dict[str, bool] | None = None) -> None:
+        """`login` approves the next authorize requests; `repos`: full_name -> private."""
+        with self.lock:
+            self.oauth_user = login
+            if login and repos is not None:
+                self.user_repos[login] = dict(repos)
+
     # ---- fault/hold lookup (called by the handler) -----------------------------------------
     def _take_fault(self, method: str, path: str) -> Fault | None:
         with self.lock:
@@ -327,11 +345,13 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = raw.decode(errors="replace")
         headers = {k: v for k, v in self.headers.items() if k.lower() != "authorization"}
-        token = (self.headers.get("Authorization") or "").removeprefix("token ").strip()
+        token = (self.headers.get("Authorization") or "").removeprefix("token ").removeprefix("Bearer ").strip()
         record = Recorded(method, path, query, headers, body,
                           token=token if token in double.token_expiry else None)
         with double.lock:
             double.requests.append(record)
+        if token in double.user_tokens:  # a user's OAuth token: /user and /user/repos answer for them
+            query = dict(query, _token=token)
         hold = double._take_hold(method, path)
         if hold is not None:
             hold.reached.set()
@@ -341,7 +361,7 @@ class _Handler(BaseHTTPRequestHandler):
             _route(double, method, path, query, body)
         if fault is not None:
             status, payload, extra = fault.status, {"message": fault.message or "fault"}, fault.headers
-        elif self.headers.get("Authorization") is None and not path.startswith("/_logs/"):
+        elif self.headers.get("Authorization") is None and not path.startswith(("/_logs/", "/login/oauth/")):
             status, payload, extra = 401, {"message": "Requires authentication"}, {}
         elif record.token and (record.token in double.revoked
                                or double.token_expiry[record.token] <= time.time()):
@@ -690,3 +710,70 @@ def get_contents(d, repo, path, query, body):
                  "path": path, "sha": "3d21ec53a331a6f037a91c368710b99387d012c1",
                  "size": len(text.encode()), "url": f"{d.url}/repos/{repo}/contents/{path}",
                  "content": base64.b64encode(text.encode()).decode()}, {}
+
+
+# ---- OAuth web flow (a GitHub App's user login) -------------------------------------------------
+@route("GET", r"/login/oauth/authorize")
+def oauth_authorize(d, query, body):
+    """GitHub's consent page, answered at once: the signed-in user approves (or, with nobody
+    signed in, denies) and the browser goes back to redirect_uri with a code and the state."""
+    client, redirect_uri, state = query.get("client_id"), query.get("redirect_uri", ""), query.get("state", "")
+    if client not in d.oauth_apps or not redirect_uri:
+        return 404, {"message": "Not Found"}, {}
+    separator = "&" if "?" in redirect_uri else "?"
+    if d.oauth_user is None:
+        target = f"{redirect_uri}{separator}error=access_denied&state={quote(state)}"
+    else:
+        code = f"code{d.new_id()}"
+        d.oauth_codes[code] = (client, d.oauth_user)
+        target = f"{redirect_uri}{separator}code={code}&state={quote(state)}"
+    return 302, None, {"Location": target}
+
+
+@route("POST", r"/login/oauth/access_token")
+def oauth_access_token(d, query, body):
+    form = body if isinstance(body, dict) else {k: v[-1] for k, v in parse_qs(body or "").items()}
+    client, secret, code = form.get("client_id"), form.get("client_secret"), form.get("code")
+    if d.oauth_apps.get(client) != secret or client is None:
+        return 200, {"error": "incorrect_client_credentials",
+                     "error_description": "The client_id and/or client_secret passed are incorrect."}, {}
+    issued = d.oauth_codes.pop(code or "", None)
+    if issued is None or issued[0] != client:
+        return 200, {"error": "bad_verification_code",
+                     "error_description": "The code passed is incorrect or expired."}, {}
+    token = f"ghu_double{d.new_id()}"
+    d.user_tokens[token] = issued[1]
+    return 200, {"access_token": token, "token_type": "bearer", "scope": ""}, {}
+
+
+def _user_of_token(d, query) -> str | None:
+    return d.user_tokens.get(query.get("_token", ""))
+
+
+@route("GET", r"/user")
+def authenticated_user(d, query, body):
+    login = _user_of_token(d, query)
+    if login is None:
+        return 401, {"message": "Bad credentials"}, {}
+    return 200, d._user(login), {}
+
+
+@route("GET", r"/user/repos")
+def repos_of_user(d, query, body):
+    login = _user_of_token(d, query)
+    if login is None:
+        return 401, {"message": "Bad credentials"}, {}
+    template = d.fixture("pulls-get.json")["base"]["repo"]
+    repos = []
+    for full_name, private in sorted(d.user_repos.get(login, {}).items()):
+        repo = copy.deepcopy(template)
+        repo.update(full_name=full_name, name=full_name.split("/")[1], private=private,
+                    url=f"{d.url}/repos/{full_name}",
+                    permissions={"admin": False, "maintain": False, "push": False, "triage": False, "pull": True})
+        repos.append(repo)
+    per_page, page = int(query.get("per_page", 30)), int(query.get("page", 1))
+    chunk = repos[(page - 1) * per_page: page * per_page]
+    headers = {}
+    if page * per_page < len(repos):
+        headers["Link"] = f'<{d.url}/user/repos?per_page={per_page}&page={page + 1}>; rel="next"'
+    return 200, chunk, headers

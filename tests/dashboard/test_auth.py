@@ -1,0 +1,102 @@
+"""Who may look: public repositories for anyone, a private one only after a GitHub login (the
+OAuth web flow against the GitHub API double) by a user who can read it; signed sessions with
+HttpOnly, Secure, SameSite cookies."""
+from __future__ import annotations
+
+from dataclasses import replace
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import requests
+from sqlalchemy import select
+
+from etriage.dev.github_double import GitHubDouble
+from etriage.seed import PRIVATE, PUBLIC
+from tests.dashboard.conftest import CONFIG, make_app
+
+CLIENT_ID, CLIENT_SECRET = "Iv1.dashboardtest", "oauth-client-secret"
+
+
+@pytest.fixture
+def double():
+    with GitHubDouble() as github:
+        github.add_oauth_app(CLIENT_ID, CLIENT_SECRET)
+        yield github
+
+
+@pytest.fixture
+def app(seeded_sqlite, redis_url, double):
+    config = replace(CONFIG, oauth_client_id=CLIENT_ID, oauth_client_secret=CLIENT_SECRET,
+                     github_web_url=double.url)
+    return make_app(seeded_sqlite, redis_url, config, github_api_url=double.url)
+
+
+def private_pr(history) -> int:
+    runs = history.t["triage_runs"]
+    with history.engine.connect() as conn:
+        return conn.execute(select(runs.c.pr).where(runs.c.repo == PRIVATE)).scalar()
+
+
+def log_in(client, double, *, next_url="/dashboard/"):
+    """The browser's part of the web flow: /login -> GitHub's authorize -> /login/callback."""
+    to_github = client.get(f"/login?next={next_url}")
+    assert to_github.status_code == 302
+    authorize = to_github.headers["Location"]
+    assert authorize.startswith(f"{double.url}/login/oauth/authorize?")
+    back = requests.get(authorize, allow_redirects=False, timeout=10)  # GitHub's consent, approved
+    assert back.status_code == 302
+    parts = urlsplit(back.headers["Location"])
+    return client.get(f"{parts.path}?{parts.query}")
+
+
+def test_a_private_repository_is_hidden_from_strangers(app, seeded_sqlite):
+    client = app.test_client()
+    pr = private_pr(seeded_sqlite)
+    page = client.get(f"/dashboard/pr/{PRIVATE}/{pr}")
+    assert page.status_code == 302 and "/login?next=" in page.headers["Location"]
+    assert client.get(f"/api/prs/{PRIVATE}/{pr}").status_code == 404
+    listed = client.get("/api/prs?days=90").get_json()["items"]
+    assert listed and all(p["repo"] == PUBLIC for p in listed)
+    assert PRIVATE not in client.get("/dashboard/prs?days=90").get_data(as_text=True)
+
+
+def test_login_shows_the_private_repositories_the_user_can_read(app, double, seeded_sqlite):
+    double.sign_in("maintainer", {PRIVATE: True, PUBLIC: False})
+    client = app.test_client()
+    pr = private_pr(seeded_sqlite)
+    done = log_in(client, double, next_url=f"/dashboard/pr/{PRIVATE}/{pr}")
+    assert done.status_code == 302 and done.headers["Location"] == f"/dashboard/pr/{PRIVATE}/{pr}"
+    cookie = done.headers["Set-Cookie"]
+    for flag in ("HttpOnly", "Secure", "SameSite=Lax"):
+        assert flag in cookie
+    assert "ghu_" not in cookie  # the user's token is never kept
+    page = client.get(f"/dashboard/pr/{PRIVATE}/{pr}")
+    assert page.status_code == 200 and "signed in as <b>maintainer</b>" in page.get_data(as_text=True)
+    assert any(p["repo"] == PRIVATE for p in client.get("/api/prs?days=90").get_json()["items"])
+    # the exchange happened server to server: the double saw the code traded with the secret
+    [exchange] = double.requests_to("POST", r"^/login/oauth/access_token$")
+    assert parse_qs(exchange.body)["client_secret"] == [CLIENT_SECRET]
+    client.post("/logout")
+    assert client.get(f"/api/prs/{PRIVATE}/{pr}").status_code == 404
+
+
+def test_a_user_without_access_still_cannot_see_it(app, double, seeded_sqlite):
+    double.sign_in("stranger", {PUBLIC: False})
+    client = app.test_client()
+    assert log_in(client, double).status_code == 302
+    pr = private_pr(seeded_sqlite)
+    assert client.get(f"/dashboard/pr/{PRIVATE}/{pr}").status_code == 404  # not even a login prompt
+    assert all(p["repo"] == PUBLIC for p in client.get("/api/prs?days=90").get_json()["items"])
+
+
+def test_a_forged_or_denied_callback_is_refused(app, double):
+    client = app.test_client()
+    assert client.get("/login/callback?code=x&state=forged").status_code == 400
+    double.sign_in(None)  # nobody approves: GitHub sends error=access_denied
+    answer = log_in(client, double)
+    assert answer.status_code == 400 and "did not grant access" in answer.get_data(as_text=True)
+
+
+def test_login_without_an_oauth_client_says_so(seeded_sqlite, redis_url):
+    answer = make_app(seeded_sqlite, redis_url).test_client().get("/login")
+    assert answer.status_code == 503 and "ETRIAGE_OAUTH_CLIENT_ID" in answer.get_data(as_text=True)

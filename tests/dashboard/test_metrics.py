@@ -1,0 +1,76 @@
+"""/metrics: read at scrape time from Redis and the database, so every process's work counts."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+
+import redis
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import func, select
+
+from bot.app import create_app
+from bot.dashboard import DashboardConfig
+from bot.dashboard.metrics import DELIVERIES
+from bot.publisher import Publisher, publishing_app
+from tests.dashboard.conftest import make_app
+
+
+def scrape(client) -> dict:
+    answer = client.get("/metrics")
+    assert answer.status_code == 200 and answer.mimetype == "text/plain"
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(answer.get_data(as_text=True)) for s in family.samples}
+
+
+def signed(body: bytes) -> str:
+    return "sha256=" + hmac.new(b"test-webhook-secret", body, hashlib.sha256).hexdigest()
+
+
+def test_deliveries_by_event_and_outcome(seeded_sqlite, redis_url):
+    redis.Redis.from_url(redis_url).delete(DELIVERIES)
+    client = make_app(seeded_sqlite, redis_url).test_client()
+    body = json.dumps({"zen": "Design for failure.", "hook_id": 1}).encode()
+    assert client.post("/webhook", data=body, headers={
+        "X-GitHub-Event": "ping", "X-GitHub-Delivery": "d-metrics-1", "X-Hub-Signature-256": signed(body),
+        "Content-Type": "application/json"}).status_code == 200
+    assert client.post("/webhook", data=body, headers={
+        "X-GitHub-Event": "pull_request", "X-GitHub-Delivery": "d-metrics-2", "X-Hub-Signature-256": "sha256=00",
+        "Content-Type": "application/json"}).status_code == 401
+    other_process = make_app(seeded_sqlite, redis_url).test_client()  # another web worker's view
+    samples = scrape(other_process)
+    assert samples[("etriage_webhook_deliveries_total", (("event", "ping"), ("outcome", "accepted")))] == 1
+    assert samples[("etriage_webhook_deliveries_total",
+                    (("event", "pull_request"), ("outcome", "bad_signature")))] == 1
+
+
+def test_queue_depths_stages_and_verdicts(seeded_sqlite, redis_url):
+    client = redis.Redis.from_url(redis_url)
+    client.delete("triage")
+    publisher = Publisher(publishing_app(redis_url), redis_url)
+    for n in range(3):
+        publisher.installation(n, "octo", "created")
+    samples = scrape(make_app(seeded_sqlite, redis_url).test_client())
+    client.delete("triage")
+    assert samples[("etriage_queue_depth", (("queue", "triage"),))] == 3
+    assert samples[("etriage_queue_depth", (("queue", "device"),))] == 0
+    assert samples[("etriage_redis_up", ())] == 1 and samples[("etriage_database_up", ())] == 1
+    runs, failures = seeded_sqlite.t["triage_runs"], seeded_sqlite.t["failure_events"]
+    with seeded_sqlite.engine.connect() as conn:
+        timed = conn.execute(select(func.count()).where(runs.c.stage_seconds.is_not(None))).scalar()
+        verdicts = conn.execute(select(failures.c.category, failures.c.verdict, func.count())
+                                .group_by(failures.c.category, failures.c.verdict)).all()
+        all_runs = conn.execute(select(func.count()).select_from(runs)).scalar()
+    assert samples[("etriage_task_stage_duration_seconds_count", (("stage", "build"),))] == timed
+    assert len(verdicts) > 5
+    for category, verdict, count in verdicts:
+        assert samples[("etriage_verdicts_total", (("category", category), ("verdict", verdict)))] == count
+    assert sum(v for (name, _), v in samples.items() if name == "etriage_runs") == all_runs
+
+
+def test_a_database_outage_is_a_metric_not_an_error(redis_url, tmp_path):
+    app = create_app({"webhook_secrets": ["s"], "redis_url": redis_url},
+                     redis_client=redis.Redis.from_url(redis_url),
+                     dashboard_config=DashboardConfig(database_url="postgresql+psycopg://nobody@127.0.0.1:1/none"))
+    samples = scrape(app.test_client())
+    assert samples[("etriage_database_up", ())] == 0 and samples[("etriage_redis_up", ())] == 1
