@@ -37,7 +37,6 @@ import numpy as np
 
 FORMAT = 1
 MANIFEST = "manifest.json"
-DONE = "SERVER MODE DONE"  # what executor_runner prints after each --server_mode step
 
 
 @dataclass
@@ -111,44 +110,51 @@ def method_script(program: Program, method: MethodSpec) -> str:
 
     Usage: sh SCRIPT BUNDLE_DIR OUT_DIR RUNNER [RUNNER ARGS...]. Before each step the step's
     inputs are copied over the files named by --inputs (the runner re-reads them per stdin
-    line), a line is sent, and the outputs the runner wrote are moved to
-    OUT_DIR/<program>/<method>/step<k>/out-<i>.bin. POSIX sh and mkfifo only, so the same
-    script runs on a device's shell."""
+    line) and a line is sent; the step is done when every output file has its full size
+    (a release runner logs nothing, not even "SERVER MODE DONE"), and those files are moved
+    to OUT_DIR/<program>/<method>/step<k>/out-<i>.bin. A runner that dies ends the script.
+    POSIX sh, mkfifo and wc only, so the same script runs on a device's shell."""
     n_inputs = len(method.steps[0].inputs)
-    cur = f'"$OUT/{program.name}/{method.name}/cur"'
     inputs = ",".join(f"$CUR/input{i}.bin" for i in range(n_inputs))
     lines = [
         "set -u",
         'BUNDLE=$1; OUT=$2; shift 2',
-        f"CUR={cur}",
-        'rm -rf "$CUR"; mkdir -p "$CUR"',
-        'mkfifo "$CUR/in" "$CUR/out"',
+        f'CUR="$OUT/{program.name}/{method.name}/cur"',
+        'rm -rf "$CUR"; mkdir -p "$CUR"; mkfifo "$CUR/in"',
+        'ready() { for spec in "$@"; do f=${spec%:*}; [ -f "$f" ] || return 1; '
+        '[ $(($(wc -c < "$f"))) -ge "${spec##*:}" ] || return 1; done; }',
         f'"$@" --model_path "$BUNDLE/{program.pte}" --method_name {shlex.quote(method.name)} '
         + (f'--inputs "{inputs}" ' if n_inputs else "")
-        + '--output_file "$CUR/out" --server_mode --print_output none < "$CUR/in" > "$CUR/out" 2>&1 &',
-        "RUNNER_PID=$!",
-        'exec 3>"$CUR/in"; exec 4<"$CUR/out"',
+        + '--output_file "$CUR/out" --server_mode --print_output none < "$CUR/in" > "$CUR/runner.log" 2>&1 &',
+        "RUNNER=$!",
+        'exec 3>"$CUR/in"',
         "STATUS=0",
     ]
     for k, step in enumerate(method.steps):
         step_dir = f'"$OUT/{program.name}/{method.name}/step{k}"'
-        lines += [f'mkdir -p {step_dir}']
-        lines += [f'cp "$BUNDLE/{t.file}" "$CUR/input{i}.bin"' for i, t in enumerate(step.inputs)]
-        lines += [
-            f'echo "etriage: step {k}"',
-            "echo step >&3",
-            "DONE=0",
-            'while IFS= read -r line <&4; do printf "%s\\n" "$line"; '
-            f'case $line in *"{DONE}"*) DONE=1; break;; esac; done',
-            f'if [ $DONE != 1 ]; then echo "etriage: the runner stopped before step {k} finished"; STATUS=3; fi',
-        ]
-        lines += [f'[ $STATUS = 0 ] && [ -f "$CUR/out-{j}.bin" ] && mv "$CUR/out-{j}.bin" {step_dir}/out-{j}.bin'
-                  for j in range(len(step.expected))]
-        lines += ['if [ $STATUS != 0 ]; then exec 3>&-; wait $RUNNER_PID; echo "etriage: runner exit code $?"; '
-                  'exit $STATUS; fi']
-    lines += ["exec 3>&-", 'while IFS= read -r line <&4; do printf "%s\\n" "$line"; done',
-              'wait $RUNNER_PID; CODE=$?; echo "etriage: runner exit code $CODE"; exit $CODE']
+        outputs = " ".join(f'"$CUR/out-{j}.bin:{_nbytes(t)}"' for j, t in enumerate(step.expected))
+        lines += [f"if [ $STATUS = 0 ]; then",
+                  f'  rm -f "$CUR"/out-*.bin; mkdir -p {step_dir}',
+                  *(f'  cp "$BUNDLE/{t.file}" "$CUR/input{i}.bin"' for i, t in enumerate(step.inputs)),
+                  f'  echo "etriage: step {k}"; echo step >&3',
+                  f"  until ready {outputs}; do",
+                  f'    kill -0 $RUNNER 2>/dev/null || {{ ready {outputs} || {{ '
+                  f'echo "etriage: the runner stopped before step {k} finished"; STATUS=3; break; }}; }}',
+                  "    sleep 0.01",
+                  "  done",
+                  *(f'  [ $STATUS = 0 ] && mv "$CUR/out-{j}.bin" {step_dir}/out-{j}.bin'
+                    for j in range(len(step.expected))),
+                  "fi"]
+    lines += ["exec 3>&-", 'wait $RUNNER; CODE=$?', 'cat "$CUR/runner.log"',
+              'echo "etriage: runner exit code $CODE"', '[ $STATUS = 0 ] || exit $STATUS', "exit $CODE"]
     return "\n".join(lines) + "\n"
+
+
+def _nbytes(spec: TensorFile) -> int:
+    count = 1
+    for dim in spec.shape:
+        count *= dim
+    return count * np.dtype(spec.dtype).itemsize
 
 
 Execute = Callable[[list[str], Path], "tuple[int | None, float, str]"]  # argv, log -> (code, seconds, log text)
