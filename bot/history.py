@@ -80,7 +80,8 @@ def history_tables(metadata: MetaData, p: str = "") -> dict[str, Table]:
             Column("primary_line", Text), Column("line_no", Integer), Column("text", Text),
             Column("suspects", JSON), Column("cluster_id", String(16), index=True),
             when("at", index=True),
-            UniqueConstraint("run_id", "source", "test", "fingerprint")),
+            UniqueConstraint("run_id", "source", "test", "fingerprint"),
+            Index(f"{p}ix_failure_events_repo_pr", "repo", "pr")),
         "clusters": table(
             "clusters", Column("id", String(16), primary_key=True), Column("text", Text),
             Column("title", Text), Column("category", String(60)), Column("owners", JSON),

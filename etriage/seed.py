@@ -125,13 +125,17 @@ def seed(history: History, *, runs: int = 300, results: int = 6000, days: int = 
     rng.shuffle(pool)
     tests = _all_tests()
     incidents = []
-    for i, (line, excerpt, category) in enumerate(pool[:max(12, min(len(pool), runs // 8))]):
+    for i, (line, excerpt, category) in enumerate(pool[:max(12, min(len(pool), runs // 8, 60))]):
         kind = ("trunk", "new", "new", "flaky")[i % 4]
         start = now - span + timedelta(seconds=rng.uniform(0, span.total_seconds() * 0.9))
         length = timedelta(days=rng.uniform(1, 10)) if kind != "flaky" else span
         incidents.append(Incident(line, excerpt, category, kind, rng.sample(tests, rng.randint(1, 4)),
                                   start, min(now, start + length),
                                   {"trunk": 0.9, "new": 0.8, "flaky": 0.15}[kind]))
+    striking = {}  # (suite, test, target) -> the incidents that can strike it
+    for incident in incidents:
+        for key in incident.tests:
+            striking.setdefault(key, []).append(incident)
     prs = [(PRIVATE if n % 10 == 7 else PUBLIC, 9000 + n) for n in range(max(4, runs // 3))]
     pr_meta = {pr: (TITLES[i % len(TITLES)], AUTHORS[i % len(AUTHORS)]) for i, pr in enumerate(prs)}
     per_run = max(1, results // max(1, runs))
@@ -159,7 +163,7 @@ def seed(history: History, *, runs: int = 300, results: int = 6000, days: int = 
         results_here, failures_here, log_lines = [], [], []
         for suite, test, tgt in chosen if status != "abandoned" else []:
             outcome, verdict, hit = "passed", None, None
-            for incident in incidents:
+            for incident in striking.get((suite, test, tgt), ()):
                 if (suite, test, tgt) in incident.tests and incident.start <= started <= incident.end \
                         and (incident.kind != "new" or (pr and zlib.crc32(f"{repo}#{pr}:{incident.line}".encode()) % 3 == 0)) \
                         and rng.random() < incident.rate:

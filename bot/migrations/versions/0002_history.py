@@ -78,6 +78,7 @@ _INDEXES = [
     ("ix_{p}failure_events_fingerprint", "failure_events", ["fingerprint"]),
     ("ix_{p}failure_events_cluster_id", "failure_events", ["cluster_id"]),
     ("ix_{p}failure_events_at", "failure_events", ["at"]),
+    ("ix_failure_events_repo_pr", "failure_events", ["repo", "pr"]),
     ("ix_{p}clusters_last_seen", "clusters", ["last_seen"]),
     ("ix_{p}flaky_stats_lower", "flaky_stats", ["lower"]),
 ]
