@@ -9,14 +9,13 @@ would each see a slice. Instead a custom collector asks, per scrape:
 """
 from __future__ import annotations
 
-import json
 import logging
 
 import redis
 from flask import Blueprint, Response, current_app, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from sqlalchemy import func, select
+from sqlalchemy import case, func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from bot.dashboard.context import state
@@ -26,6 +25,9 @@ log = logging.getLogger(__name__)
 blueprint = Blueprint("dashboard_metrics", __name__)
 DELIVERIES = "etriage:metrics:deliveries"  # hash "event|outcome" -> count
 STAGE_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600)
+# The stages a run's stage_seconds may name (bot.history records build, suites and the rest
+# together when the pipeline does not time them apart).
+STAGES = ("plan", "build", "suites", "classify", "compare", "plan+classify+compare")
 
 
 def outcome_of(status: int) -> str:
@@ -78,19 +80,30 @@ class StateCollector:
             up.add_metric([], 0)
         yield from (deliveries, depth, age, up)
 
+    @staticmethod
+    def _stage_buckets(conn, runs) -> dict:
+        """stage -> ([(le, count), ...], sum): one scan, the JSON read by the database."""
+        columns = []
+        for stage in STAGES:
+            seconds = runs.c.stage_seconds[stage].as_float()
+            columns += [func.sum(case((seconds <= bucket, 1), else_=0)) for bucket in STAGE_BUCKETS]
+            columns += [func.count(seconds), func.sum(seconds)]
+        row = conn.execute(select(*columns).where(runs.c.stage_seconds.is_not(None))).one()
+        out, width = {}, len(STAGE_BUCKETS) + 2
+        for i, stage in enumerate(STAGES):
+            values = row[i * width:(i + 1) * width]
+            if values[-2]:
+                buckets = [(str(b), int(v or 0)) for b, v in zip(STAGE_BUCKETS, values)]
+                out[stage] = (buckets + [("+Inf", int(values[-2]))], float(values[-1] or 0))
+        return out
+
     def _database(self):
         up = GaugeMetricFamily("etriage_database_up", "1 when the database answered this scrape")
         try:
             history = self.state.dashboard.h
             runs, failures = history.t["triage_runs"], history.t["failure_events"]
             with history.engine.connect() as conn:
-                stages: dict[str, list[float]] = {}
-                for (value,) in conn.execute(select(runs.c.stage_seconds).where(runs.c.stage_seconds.is_not(None))):
-                    if isinstance(value, str):
-                        value = json.loads(value)
-                    for stage, seconds in (value or {}).items():
-                        if stage != "total" and isinstance(seconds, (int, float)):
-                            stages.setdefault(stage, []).append(float(seconds))
+                stages = self._stage_buckets(conn, runs)
                 verdicts = conn.execute(select(failures.c.category, failures.c.verdict, func.count())
                                         .group_by(failures.c.category, failures.c.verdict)).all()
                 statuses = conn.execute(select(runs.c.status, func.count()).group_by(runs.c.status)).all()
@@ -102,9 +115,8 @@ class StateCollector:
         up.add_metric([], 1)
         durations = HistogramMetricFamily("etriage_task_stage_duration_seconds",
                                           "Time each stage of a triage run took", labels=["stage"])
-        for stage, values in sorted(stages.items()):
-            buckets = [(str(b), sum(v <= b for v in values)) for b in STAGE_BUCKETS] + [("+Inf", len(values))]
-            durations.add_metric([stage], buckets, sum(values))
+        for stage, (buckets, total) in stages.items():
+            durations.add_metric([stage], buckets, total)
         by_category = CounterMetricFamily("etriage_verdicts", "Failures judged, by category and verdict",
                                           labels=["category", "verdict"])
         for category, verdict, count in verdicts:

@@ -219,8 +219,8 @@ class Dashboard:
                                 .limit(PAGE).offset((filters.page - 1) * PAGE)).all()
             runs = {row["id"]: dict(row) for row in conn.execute(select(
                 r.c.id, r.c.repo, r.c.pr, r.c.title, r.c.author, r.c.head_sha, r.c.status,
-                r.c.conclusion, r.c.started_at, r.c.counts).where(r.c.id.in_([p.latest for p in page])))
-                .mappings()}
+                r.c.conclusion, r.c.started_at, r.c.deadline_at, r.c.counts)
+                .where(r.c.id.in_([p.latest for p in page]))).mappings()}
         items = [dict(_pr_summary(runs[p.latest]), runs=p.runs) for p in page]
         return plain({"filters": filters.args(), "pagination": self._pages(total, filters), "items": items})
 
@@ -231,10 +231,12 @@ class Dashboard:
         with self.engine.connect() as conn:
             runs = [dict(row) for row in conn.execute(select(
                 r.c.id, r.c.head_sha, r.c.trigger, r.c.status, r.c.conclusion, r.c.attempt, r.c.started_at,
-                r.c.finished_at, r.c.counts, r.c.title, r.c.author, r.c.stage_seconds)
+                r.c.finished_at, r.c.deadline_at, r.c.counts, r.c.title, r.c.author, r.c.stage_seconds)
                 .where(r.c.repo == repo, r.c.pr == number).order_by(r.c.started_at.desc(), r.c.id.desc())).mappings()]
             if not runs:
                 return None
+            for x in runs:
+                x["status"] = run_status(x)
             latest = next((x for x in runs if x["status"] == "completed"), runs[0])
             comment = conn.execute(select(r.c.comment).where(r.c.id == latest["id"])).scalar()
             failures = [dict(row) for row in conn.execute(select(
@@ -321,6 +323,7 @@ class Dashboard:
                     .limit(PAGE).offset((filters.page - 1) * PAGE)).mappings()]
             week = _now() - timedelta(days=7)
             tests = sorted({row["test"] for row in rows})
+            repos = sorted({row["repo"] for row in rows})
             trend = {}
             if tests:
                 month = _now() - timedelta(days=30)
@@ -328,7 +331,8 @@ class Dashboard:
                     for t in conn.execute(select(
                             res.c.repo, res.c.test, res.c.target, func.count().label("runs"),
                             func.sum(func.cast(res.c.outcome == "flaky", Integer)).label("flaky"))
-                            .where(res.c.test.in_(tests), res.c.outcome != "skipped", window)
+                            .where(res.c.repo.in_(repos), res.c.test.in_(tests),  # the (repo, test) index
+                                   res.c.outcome != "skipped", window)
                             .group_by(res.c.repo, res.c.test, res.c.target)):
                         trend[(t.repo, t.test, t.target, recent)] = (t.flaky or 0) / t.runs if t.runs else None
                 targets = {}
@@ -361,6 +365,7 @@ class Dashboard:
                 f.c.cluster_id, f.c.suspects).where(f.c.run_id == run_id).order_by(f.c.id)).mappings()]
         run = dict(run)
         run.pop("key", None)
+        run["status"] = run_status(run)
         suites: dict[str, dict[str, dict]] = {}
         for result in results:
             per_target = suites.setdefault(result["suite"], {}).setdefault(
@@ -416,6 +421,18 @@ def _task_id(raw) -> str | None:
     return headers.get("id") or (message.get("properties") or {}).get("correlation_id")
 
 
+def run_status(run: dict) -> str | None:
+    """A run still `running` or `queued` past its deadline is shown as abandoned (its worker is
+    gone), whether or not History.abandon_overdue has written that yet."""
+    deadline = run.get("deadline_at")
+    if run.get("status") in ("running", "queued") and deadline is not None:
+        if deadline.tzinfo is None:
+            deadline = deadline.replace(tzinfo=timezone.utc)
+        if deadline < _now():
+            return "abandoned"
+    return run.get("status")
+
+
 def _rate(pair) -> float | None:
     if not pair or not pair[1]:
         return None
@@ -426,5 +443,5 @@ def _pr_summary(run: dict) -> dict:
     counts = run.get("counts") or {}
     return {"repo": run["repo"], "pr": run["pr"], "title": run.get("title") or "", "author": run.get("author") or "",
             "head_sha": run.get("head_sha") or "", "latest_run": run["id"], "last_run_at": run.get("started_at"),
-            "status": run.get("status"), "conclusion": run.get("conclusion"),
+            "status": run_status(run), "conclusion": run.get("conclusion"),
             "counts": {k: int(counts.get(k, 0)) for k in ("new", "pre_existing", "flaky", "environment", "ignored")}}

@@ -152,3 +152,15 @@ def _databases(request, tmp_path):
     except pytest.skip.Exception:
         return
     yield url, f"t{uuid.uuid4().hex[:10]}_"
+
+
+def test_an_overdue_run_shows_as_abandoned_before_anything_writes_it(history):
+    from bot.dashboard.queries import Dashboard, Viewer
+
+    start = datetime.now(timezone.utc) - timedelta(hours=3)
+    stuck = history.start_run(RunInfo("o/r", 40, started_at=start, title="stuck"), head_sha="h40",
+                              time_limit=timedelta(hours=1))
+    dashboard = Dashboard(history)
+    assert history.run(stuck)["status"] == "running"  # nothing wrote it yet
+    assert dashboard.run(stuck, Viewer())["run"]["status"] == "abandoned"
+    assert dashboard.pr("o/r", 40, Viewer())["pushes"][0]["status"] == "abandoned"
