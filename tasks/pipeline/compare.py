@@ -95,7 +95,8 @@ def decide(base: dict[Key, TestResult], head: dict[Key, TestResult], failures: d
         base_outcome = base_test.outcome if base_test else "absent"
         if test.outcome in FAILED:
             found = failures.get(key, [])
-            failure = primary(found) or Failure(line=test.message, line_no=0, test=test.test)
+            failure = primary(found) or Failure(line=test.message, line_no=0, test=test.test,  # no engine
+                                                fingerprint=_test_fingerprint(test.test))
             verdicts.append(Verdict(
                 suite=key[0], test=key[2], target=key[1], base=base_outcome, head=test.outcome,
                 verdict=judge(found, failed_at_base=base_outcome in FAILED,
@@ -123,17 +124,16 @@ def decide_ci(found: list[tuple[dict, Failure]], base_fingerprints: set[str]) ->
     return verdicts
 
 
-def key_of(verdict: Verdict) -> str:
-    """The key `/etriage ignore` and the store know a failure by: its fingerprint (the test id
-    hashed when the engine gave none)."""
-    return verdict.fingerprint or hashlib.sha1(verdict.test.encode()).hexdigest()[:16]
+def _test_fingerprint(test: str) -> str:
+    """The key of a failure the engine said nothing about (a custom `classify`): the test id."""
+    return hashlib.sha1(test.encode()).hexdigest()[:16]
 
 
 def apply_ignores(verdicts: list[Verdict], ignored: dict[str, str]) -> dict[str, int]:
     """A new failure a maintainer ignored (by fingerprint or test id) becomes `ignored` with
     the reason; the verdicts' counts afterwards."""
     for verdict in verdicts:
-        reason = ignored.get(key_of(verdict)) or (verdict.test and ignored.get(verdict.test))
+        reason = ignored.get(verdict.fingerprint) or ignored.get(verdict.test)
         if verdict.verdict == "new" and reason:
             verdict.verdict, verdict.ignored_reason = "ignored", reason
     return tally(verdicts)

@@ -109,6 +109,6 @@ def test_cmake_recipe_builds_caches_and_classifies_a_compile_error(gitkit, tmp_p
                                   targets=["host"])).to_dict()
     assert report["build"]["status"] == "failed"
     [verdict] = report["results"]
-    assert (verdict["verdict"], verdict["category"]) == ("new", "build_failure")
+    assert (verdict["verdict"], verdict["failure"]["category"]) == ("new", "build_failure")
     assert verdict["suspects"][0]["path"] == "runtime/core/tiny.cpp"
     assert not os.listdir(data_dir / "runs")  # the run's directory is gone
