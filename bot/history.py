@@ -68,7 +68,8 @@ def history_tables(metadata: MetaData, p: str = "") -> dict[str, Table]:
             Column("outcome", String(20)), Column("retries", Integer), Column("duration", Float),
             when("at"),
             UniqueConstraint("run_id", "suite", "target", "test"),
-            Index(f"{p}ix_test_results_test", "repo", "test", "target")),
+            # covering for the flaky trend: (repo, test, target) then time, outcome read from it
+            Index(f"{p}ix_test_results_test", "repo", "test", "target", "at", "outcome")),
         "failure_events": table(
             "failure_events", Column("id", Integer, primary_key=True),
             Column("run_id", Integer, nullable=False), Column("repo", String(200)),

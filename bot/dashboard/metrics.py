@@ -9,13 +9,15 @@ would each see a slice. Instead a custom collector asks, per scrape:
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
 
 import redis
 from flask import Blueprint, Response, current_app, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from sqlalchemy import case, func, select
+from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from bot.dashboard.context import state
@@ -82,19 +84,23 @@ class StateCollector:
 
     @staticmethod
     def _stage_buckets(conn, runs) -> dict:
-        """stage -> ([(le, count), ...], sum): one scan, the JSON read by the database."""
-        columns = []
+        """stage -> ([(le, cumulative count), ...], sum): each run's stage times read from its
+        JSON by the database (one scan), counted into buckets here."""
+        columns = [runs.c.stage_seconds[stage].as_float() for stage in STAGES]
+        counts = {stage: [0] * (len(STAGE_BUCKETS) + 1) for stage in STAGES}
+        sums = dict.fromkeys(STAGES, 0.0)
+        for row in conn.execute(select(*columns).where(runs.c.stage_seconds.is_not(None))):
+            for stage, seconds in zip(STAGES, row):
+                if seconds is not None:
+                    counts[stage][bisect.bisect_left(STAGE_BUCKETS, seconds)] += 1
+                    sums[stage] += seconds
+        out = {}
         for stage in STAGES:
-            seconds = runs.c.stage_seconds[stage].as_float()
-            columns += [func.sum(case((seconds <= bucket, 1), else_=0)) for bucket in STAGE_BUCKETS]
-            columns += [func.count(seconds), func.sum(seconds)]
-        row = conn.execute(select(*columns).where(runs.c.stage_seconds.is_not(None))).one()
-        out, width = {}, len(STAGE_BUCKETS) + 2
-        for i, stage in enumerate(STAGES):
-            values = row[i * width:(i + 1) * width]
-            if values[-2]:
-                buckets = [(str(b), int(v or 0)) for b, v in zip(STAGE_BUCKETS, values)]
-                out[stage] = (buckets + [("+Inf", int(values[-2]))], float(values[-1] or 0))
+            total = sum(counts[stage])
+            if total:
+                cumulative = list(itertools.accumulate(counts[stage][:-1]))
+                out[stage] = ([(str(b), c) for b, c in zip(STAGE_BUCKETS, cumulative)] + [("+Inf", total)],
+                              sums[stage])
         return out
 
     def _database(self):

@@ -407,7 +407,7 @@ def queues(redis_client, now: float | None = None) -> list[dict]:
                 redis_client.hsetnx(FIRST_SEEN, task_id, f"{now:.3f}")
                 redis_client.expire(FIRST_SEEN, 7 * 86400)
                 seen = redis_client.hget(FIRST_SEEN, task_id)
-                age = round(now - float(seen), 3) if seen else 0.0
+                age = max(0.0, round(now - float(seen), 3)) if seen else 0.0
         out.append({"queue": name, "depth": depth, "oldest_age_seconds": age})
     return out
 

@@ -74,7 +74,7 @@ def _tables(p):
 _INDEXES = [
     ("ix_triage_runs_repo_pr", "triage_runs", ["repo", "pr"]),
     ("ix_{p}triage_runs_started_at", "triage_runs", ["started_at"]),
-    ("ix_test_results_test", "test_results", ["repo", "test", "target"]),
+    ("ix_test_results_test", "test_results", ["repo", "test", "target", "at", "outcome"]),
     ("ix_{p}failure_events_fingerprint", "failure_events", ["fingerprint"]),
     ("ix_{p}failure_events_cluster_id", "failure_events", ["cluster_id"]),
     ("ix_{p}failure_events_at", "failure_events", ["at"]),
