@@ -83,7 +83,7 @@ def main() -> int:
             tar.extractall(tmp, filter="data")
         repo = tmp / "executorch"
         git(repo, "init", "-q", "-b", "main")
-        git(repo, "add", "-A")
+        git(repo, "add", "-A", "--force")  # the release tree tracks files its .gitignore names (build/)
         git(repo, "commit", "-q", "-m", "v1.4.1")
         base = git(repo, "rev-parse", "HEAD")
         if args.cold:

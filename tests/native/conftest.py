@@ -68,7 +68,7 @@ def source_repo(native_tools, tmp_path_factory) -> SourceRepo:
         tar.extractall(parent, filter="data")
     repo = parent / "executorch"
     git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
+    git(repo, "add", "-A", "--force")  # the release tree tracks files its .gitignore names (build/)
     git(repo, "commit", "-q", "--no-gpg-sign", "-m", "ExecuTorch v1.4.1 sources")
     return SourceRepo(repo, git(repo, "rev-parse", "HEAD"))
 
