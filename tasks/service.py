@@ -374,7 +374,7 @@ def report_payload(head_sha: str, report: Report, notes=(), ignored: dict[str, s
     annotations = [  # at the suspect's line when the pipeline knows it (Suspect.line)
         {"path": s.path, "start_line": s.line or 1,
          "title": f"{v.category}: {v.test}"[:255],
-         "message": f"{v.primary_line[:400]}\n{v.failure.explanation}".strip() or v.test}
+         "message": f"{v.primary_line[:400]}\n{v.failure.explanation if v.failure else ''}".strip() or v.test}
         for v in new for s in v.suspects[:3]]
     title = (f"{len(new)} new failure(s), {len(environment)} environment problem(s), "
              f"{sum(len(s.tests) for s in report.suites)} test(s) run")

@@ -8,7 +8,7 @@ import pytest
 
 from bot.history import History
 from bot.store import Store
-from tasks.records import TestResult
+from tasks.records import TestResult as Outcome
 from triage_rules import Failure
 
 
@@ -30,10 +30,10 @@ def failure(fingerprint, category="mutable_buffer", test="t::a"):
 
 
 def test_results_are_unique_per_head_suite_target_test(store):
-    result = TestResult(suite="probe", test="t::a", target="host", outcome="failed", message="boom", seconds=1.5)
+    result = Outcome(suite="probe", test="t::a", target="host", outcome="failed", message="boom", seconds=1.5)
     store.record_results("o/r", "h1", [result])
-    store.record_results("o/r", "h1", [TestResult(suite="probe", test="t::a", target="host",  # a redelivered run
-                                                  outcome="passed", seconds=2.0)])
+    store.record_results("o/r", "h1", [Outcome(suite="probe", test="t::a", target="host",  # a redelivered run
+                                               outcome="passed", seconds=2.0)])
     [only] = store.results_for("o/r", "h1")
     assert (only["outcome"], only["duration"], only["details"]) == ("passed", 2.0, {"message": ""})
 
