@@ -427,7 +427,7 @@ def _read_stats(result: NativeBuild, statslog: Path, src: Path) -> None:
         counters[name] = counters.get(name, 0) + 1
         if name in ("direct_cache_hit", "preprocessed_cache_hit"):
             result.from_ccache.append(current)
-        elif name == "cache_miss":
+        elif name in ("cache_miss", "compile_failed"):
             result.compiled.append(current)
     result.ccache = counters
 

@@ -195,8 +195,9 @@ def compare_method(bundle: Path, out_dir: Path, program: Program, method: Method
             got = _load(got_path, spec)
             if not np.allclose(got, expected, atol=program.atol, rtol=program.rtol):
                 err = float(np.max(np.abs(got.astype(np.float64) - expected.astype(np.float64))))
+                state = "; the earlier steps matched: the state kept across steps differs" if k and not problems else ""
                 problems.append(f"{where}: numerical mismatch with eager, max abs err {err:.4g} "
-                                f"(atol={program.atol})" + ("; state kept across steps differs" if k else ""))
+                                f"(atol={program.atol}){state}")
     return problems
 
 
