@@ -205,6 +205,15 @@ class History:
             row = conn.execute(select(t).where(t.c.id == run_id)).mappings().first()
         return dict(row) if row else None
 
+    def _latest_attempt(self, info: RunInfo, head_sha: str) -> dict | None:
+        """The newest run of this head (a retry's queued attempt, a running or abandoned one)."""
+        t = self.t["triage_runs"]
+        with self.engine.connect() as conn:
+            row = conn.execute(select(t.c.id, t.c.status).where(
+                t.c.repo == info.repo, t.c.pr == info.pr, t.c.head_sha == head_sha, t.c.kind == info.kind)
+                .order_by(t.c.id.desc()).limit(1)).mappings().first()
+        return dict(row) if row else None
+
     # ---- recording a finished run -------------------------------------------------------------
     def record_run(self, report, info: RunInfo, *, stage_seconds: dict | None = None,
                    finished_at: datetime | None = None) -> int:
@@ -213,7 +222,10 @@ class History:
         data = report if isinstance(report, dict) else report.to_dict()
         suites = list(report.suites) if not isinstance(report, dict) else data.get("suites", [])
         head, base = data.get("head", ""), data.get("merge_base") or data.get("base", "")
-        run_id = self.start_run(info, head_sha=head, base_sha=base)
+        latest = None if info.key else self._latest_attempt(info, head)
+        if latest is not None and latest["status"] == "completed":
+            return latest["id"]  # a redelivery: recorded already
+        run_id = latest["id"] if latest is not None else self.start_run(info, head_sha=head, base_sha=base)
         when = finished_at or _now()
         started = info.started_at or when - timedelta(seconds=float(data.get("seconds") or 0))
         build = data.get("build") or {}

@@ -35,7 +35,8 @@ def cluster_text(line: str) -> str:
 
 
 def limit(text: str) -> int:
-    """Edits allowed between two texts of one cluster (Kubernetes: about a tenth, at least 1)."""
+    """Edits allowed between two texts of one cluster (Kubernetes: about a tenth, at least 1);
+    a pair is judged by the longer text's limit."""
     return max(1, len(text) // 10)
 
 
@@ -80,12 +81,14 @@ class Clusterer:
         self._postings: dict[str, list[str]] = defaultdict(list)  # n-gram -> cluster ids
         self._grams: dict[str, set[str]] = {}
         self._order: dict[str, int] = {}  # cluster id -> founding position
+        self._length: dict[str, int] = {}  # cluster id -> length of its text
         for cluster in clusters:
             self._keep(cluster)
 
     def _keep(self, cluster: Cluster) -> None:
         self.clusters[cluster.id] = cluster
         self._order[cluster.id] = len(self._order)
+        self._length[cluster.id] = len(cluster.text)
         grams = ngrams(cluster.text)
         self._grams[cluster.id] = grams
         for gram in grams:
@@ -95,16 +98,23 @@ class Clusterer:
 
     def find(self, text: str) -> Cluster | None:
         """The first cluster (in founding order) whose text is near `text`."""
-        grams = ngrams(text)
-        allowed = N * limit(text)
-        rarest = sorted(grams, key=lambda g: len(self._postings.get(g, ())))[:allowed + 1]
-        candidates = {cid for g in rarest for cid in self._postings.get(g, ())}
-        for cid in sorted(candidates, key=self._order.__getitem__):
-            theirs = self._grams[cid]
-            if len(grams & theirs) < max(len(grams), len(theirs)) - N * limit(max(
-                    text, self.clusters[cid].text, key=len)):
+        grams, size = ngrams(text), len(text)
+        # A partner is at most `longest` long (longer ones are more than their limit apart), so
+        # no pair's limit exceeds limit(longest): N * that + 1 rarest n-grams include a shared one.
+        longest = min(MAX_TEXT, (10 * size + 9) // 9)
+        rarest = sorted(grams, key=lambda g: len(self._postings.get(g, ())))[:N * max(1, longest // 10) + 1]
+        shortest, length = size - limit(text), self._length
+        candidates = sorted({cid for g in rarest for cid in self._postings.get(g, ())
+                             if shortest <= length[cid] <= longest}, key=self._order.__getitem__)
+        for cid in candidates:
+            other = self.clusters[cid].text
+            bound = limit(other if len(other) > size else text)
+            if abs(len(other) - size) > bound:  # cheapest first: lengths, then n-grams, then edits
                 continue
-            if near(text, self.clusters[cid].text):
+            theirs = self._grams[cid]
+            if len(grams & theirs) < max(len(grams), len(theirs)) - N * bound:
+                continue
+            if Levenshtein.distance(text, other, score_cutoff=bound) <= bound:
                 return self.clusters[cid]
         return None
 

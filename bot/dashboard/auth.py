@@ -28,7 +28,20 @@ MAX_REPO_PAGES = 20  # 2,000 repositories a user can read: enough, and bounded
 def viewer() -> Viewer:
     private = state().config.private_repos
     readable = set(session.get("repos") or ())
-    return Viewer(login=session.get("login"), hidden=frozenset(private - readable))
+    return Viewer(login=session.get("login"), hidden=frozenset(private - readable),
+                  writable=frozenset(session.get("writable") or ()))
+
+
+def csrf_token() -> str:
+    """The session's token that a state-changing form must send back."""
+    if "csrf" not in session:
+        session["csrf"] = secrets.token_urlsafe(24)
+    return session["csrf"]
+
+
+def check_csrf() -> None:
+    if not hmac.compare_digest(session.get("csrf", "") or "\0", request.form.get("csrf", "")):
+        abort(400, "The form is stale or came from another site (no matching token); reload the page.")
 
 
 def require(repo: str):
@@ -77,7 +90,7 @@ def callback():
     try:
         token = _exchange(config, code)
         user = _get(state().settings.github_api_url + "/user", token).json()
-        repos = _readable_repos(state().settings.github_api_url, token)
+        repos, writable = _repos(state().settings.github_api_url, token)
     except (requests.RequestException, ValueError, KeyError) as error:
         log.warning("GitHub login failed: %s", error)
         return _refused("GitHub could not confirm the login (see the server log); try again.", 502)
@@ -86,11 +99,14 @@ def callback():
     session.permanent = True
     session["login"] = str(user["login"])
     session["repos"] = sorted(repos & config.private_repos)
+    # what they may retry: only repositories the dashboard has runs of (the cookie stays small)
+    session["writable"] = sorted(writable & state().dashboard.repositories())
     return redirect(_safe_next(target))
 
 
 @blueprint.post("/logout")
 def logout():
+    check_csrf()  # another site cannot log the viewer out
     session.clear()
     return redirect(url_for("dashboard.overview"))
 
@@ -118,14 +134,18 @@ def _get(url: str, token: str, params=None) -> requests.Response:
     return answer
 
 
-def _readable_repos(api_url: str, token: str) -> set[str]:
-    readable, url, params = set(), f"{api_url}/user/repos", {"per_page": 100}
+def _repos(api_url: str, token: str) -> tuple[set[str], set[str]]:
+    """The repositories the user can read, and those they can push to."""
+    readable, writable, url, params = set(), set(), f"{api_url}/user/repos", {"per_page": 100}
     for _ in range(MAX_REPO_PAGES):
         answer = _get(url, token, params)
         for repo in answer.json():
-            if (repo.get("permissions") or {}).get("pull", True):
+            permissions = repo.get("permissions") or {}
+            if permissions.get("pull", True):
                 readable.add(repo["full_name"])
+            if permissions.get("push") or permissions.get("admin") or permissions.get("maintain"):
+                writable.add(repo["full_name"])
         url, params = answer.links.get("next", {}).get("url"), None
         if not url:
             break
-    return readable
+    return readable, writable

@@ -6,14 +6,16 @@ charts are inline SVG from bot.dashboard.charts.
 """
 from __future__ import annotations
 
-from flask import Blueprint, abort, render_template, request, url_for
+from flask import Blueprint, abort, redirect, render_template, request, url_for
 from werkzeug.exceptions import HTTPException
 
 from bot.dashboard import charts
-from bot.dashboard.auth import require, viewer
+from bot.dashboard.auth import check_csrf, csrf_token, require, viewer
 from bot.dashboard.context import state
-from bot.dashboard.queries import WINDOWS, FilterError, Filters, queues
-from bot.history import day_range
+from bot.dashboard.queries import WINDOWS, FilterError, Filters, queues, run_status
+from bot.history import TRUNK, day_range
+from bot.publisher import DispatchError
+from bot.services import services
 
 blueprint = Blueprint("dashboard", __name__, url_prefix="/dashboard")
 LOG_CONTEXT = 4  # lines shown either side of the primary line; the rest collapsed
@@ -40,7 +42,8 @@ def _error_page(error: HTTPException):
 
 @blueprint.app_context_processor
 def _common():
-    return {"viewer": viewer(), "windows": WINDOWS, "login_enabled": bool(state().config.oauth_client_id)}
+    return {"viewer": viewer(), "windows": WINDOWS, "login_enabled": bool(state().config.oauth_client_id),
+            "csrf_token": csrf_token}
 
 
 @blueprint.get("/")
@@ -123,6 +126,34 @@ def run(run_id: int):
         after = [(i + end, line) for i, line in enumerate(lines[end:])]
     return render_template("dashboard/run.html", data=data, filters=Filters(),
                            log_before=before, log_focus=focus, log_after=after, primary=primary)
+
+
+@blueprint.post("/runs/<int:run_id>/retry")
+def retry(run_id: int):
+    """An abandoned run queued again (a new attempt), by a logged-in user who can push."""
+    check_csrf()
+    history = state().dashboard.h
+    run = history.run(run_id)
+    if run is None or not viewer().may_read(run["repo"]):
+        abort(404, f"no run {run_id}")
+    if not viewer().may_retry(run["repo"]):
+        abort(403, f"Retrying a run needs a GitHub login with push access to {run['repo']}.")
+    status = run_status(run)
+    if status != "abandoned":
+        abort(409, f"Run {run_id} is {status}; only an abandoned run is retried (a finished one: "
+                   "`/etriage rerun` on the pull request).")
+    pull = history.store.pull_state(run["repo"], run["pr"]) if run["pr"] != TRUNK else None
+    if pull is None:
+        abort(409, "The pull request's base branch and installation are not known here (no webhook "
+                   "recorded them); comment `/etriage rerun` on it instead.")
+    history.abandon_overdue()  # what the page showed, written before the new attempt
+    new_id = history.retry(run_id)
+    try:
+        services().dispatcher.triage_pr(run["repo"], run["pr"], run["head_sha"], pull["base_ref"],
+                                        pull["installation_id"], reason="retry")
+    except DispatchError as error:
+        abort(503, f"The retry could not be queued ({error}); try again in a minute.")
+    return redirect(url_for("dashboard.run", run_id=new_id), 303)
 
 
 def _run_refusal(run_id: int):

@@ -90,9 +90,13 @@ class Viewer:
     """Who is looking: `hidden` are the private repositories they may not read."""
     login: str | None = None
     hidden: frozenset[str] = field(default_factory=frozenset)
+    writable: frozenset[str] = field(default_factory=frozenset)  # may retry runs of these
 
     def may_read(self, repo: str) -> bool:
         return repo not in self.hidden
+
+    def may_retry(self, repo: str) -> bool:
+        return self.login is not None and repo in self.writable
 
 
 class Dashboard:
@@ -380,6 +384,11 @@ class Dashboard:
         return plain({"run": run, "suites": [{"suite": s, "targets": [dict(v, target=t) for t, v in targets.items()]}
                                              for s, targets in suites.items()],
                       "failures": failures, "log": {"lines": log, "primary": primary}})
+
+    def repositories(self) -> set[str]:
+        r = self.t["triage_runs"]
+        with self.engine.connect() as conn:
+            return set(conn.execute(select(r.c.repo).distinct()).scalars())
 
     # ---- devices and queues ------------------------------------------------------------------
     def devices(self) -> list[dict]:

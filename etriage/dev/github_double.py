@@ -108,6 +108,7 @@ class GitHubDouble:
         self.oauth_apps: dict[str, str] = {}  # client id -> client secret
         self.oauth_user: str | None = None  # who is signed in at "github.com" (None: denies)
         self.user_repos: dict[str, dict[str, bool]] = {}  # login -> {full_name: private}
+        self.user_writable: dict[str, set[str]] = {}  # login -> repositories they can push to
         self.oauth_codes: dict[str, tuple[str, str]] = {}  # code -> (client id, login)
         self.user_tokens: dict[str, str] = {}  # user token -> login
         self._faults: list[tuple[str, re.Pattern, Fault]] = []
@@ -286,12 +287,14 @@ class GitHubDouble:
         with self.lock:
             self.oauth_apps[client_id] = client_secret
 
-    def sign_in(self, login: str | None, repos: dict[str, bool] | None = None) -> None:
-        """`login` approves the next authorize requests; `repos`: full_name -> private."""
+    def sign_in(self, login: str | None, repos: dict[str, bool] | None = None, *, writable=()) -> None:
+        """`login` approves the next authorize requests; `repos`: full_name -> private, the
+        ones in `writable` with push permission."""
         with self.lock:
             self.oauth_user = login
             if login and repos is not None:
                 self.user_repos[login] = dict(repos)
+                self.user_writable[login] = set(writable)
 
     # ---- fault/hold lookup (called by the handler) -----------------------------------------
     def _take_fault(self, method: str, path: str) -> Fault | None:
@@ -769,7 +772,8 @@ def repos_of_user(d, query, body):
         repo = copy.deepcopy(template)
         repo.update(full_name=full_name, name=full_name.split("/")[1], private=private,
                     url=f"{d.url}/repos/{full_name}",
-                    permissions={"admin": False, "maintain": False, "push": False, "triage": False, "pull": True})
+                    permissions={"admin": False, "maintain": False, "triage": False, "pull": True,
+                                 "push": full_name in d.user_writable.get(login, ())})
         repos.append(repo)
     per_page, page = int(query.get("per_page", 30)), int(query.get("page", 1))
     chunk = repos[(page - 1) * per_page: page * per_page]

@@ -3,6 +3,7 @@ OAuth web flow against the GitHub API double) by a user who can read it; signed 
 HttpOnly, Secure, SameSite cookies."""
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from urllib.parse import parse_qs, urlsplit
 
@@ -76,7 +77,9 @@ def test_login_shows_the_private_repositories_the_user_can_read(app, double, see
     # the exchange happened server to server: the double saw the code traded with the secret
     [exchange] = double.requests_to("POST", r"^/login/oauth/access_token$")
     assert parse_qs(exchange.body)["client_secret"] == [CLIENT_SECRET]
-    client.post("/logout")
+    assert client.post("/logout").status_code == 400  # without the form's token
+    token = re.search(r'name="csrf" value="([^"]+)"', page.get_data(as_text=True)).group(1)
+    client.post("/logout", data={"csrf": token})
     assert client.get(f"/api/prs/{PRIVATE}/{pr}").status_code == 404
 
 
@@ -100,3 +103,54 @@ def test_a_forged_or_denied_callback_is_refused(app, double):
 def test_login_without_an_oauth_client_says_so(seeded_sqlite, redis_url):
     answer = make_app(seeded_sqlite, redis_url).test_client().get("/login")
     assert answer.status_code == 503 and "ETRIAGE_OAUTH_CLIENT_ID" in answer.get_data(as_text=True)
+
+
+def test_a_maintainer_retries_an_abandoned_run(tmp_path, redis_url, double):
+    import base64
+    import json
+    import re
+    from datetime import datetime, timedelta, timezone
+
+    import redis
+
+    from bot.history import History, RunInfo
+    from bot.store import Store
+
+    store = Store(f"sqlite:///{tmp_path / 'retry.db'}")
+    history = History(store)
+    started = datetime.now(timezone.utc) - timedelta(hours=3)
+    stuck = history.start_run(RunInfo(PUBLIC, 77, started_at=started, title="stuck"), head_sha="a" * 40,
+                              time_limit=timedelta(hours=1))
+    store.record_pull(PUBLIC, 77, "a" * 40, base_ref="main", installation_id=5)
+    queue = redis.Redis.from_url(redis_url)
+    queue.delete("triage")
+    config = replace(CONFIG, oauth_client_id=CLIENT_ID, oauth_client_secret=CLIENT_SECRET, github_web_url=double.url)
+    app = make_app(history, redis_url, config, github_api_url=double.url)
+
+    double.sign_in("reader", {PUBLIC: False})  # can read, cannot push
+    reader = app.test_client()
+    log_in(reader, double)
+    page = reader.get(f"/dashboard/runs/{stuck}").get_data(as_text=True)
+    assert "Retry this run" not in page and "can retry it here after logging in" in page
+
+    double.sign_in("maintainer", {PUBLIC: False}, writable={PUBLIC})
+    client = app.test_client()
+    log_in(client, double)
+    page = client.get(f"/dashboard/runs/{stuck}").get_data(as_text=True)
+    token = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+    assert client.post(f"/dashboard/runs/{stuck}/retry", data={"csrf": "forged"}).status_code == 400
+    answer = client.post(f"/dashboard/runs/{stuck}/retry", data={"csrf": token})
+    assert answer.status_code == 303
+    new = int(answer.headers["Location"].rsplit("/", 1)[1])
+    assert history.run(new)["retry_of"] == stuck and history.run(new)["status"] == "queued"
+    assert history.run(stuck)["status"] == "abandoned"
+    [message] = [json.loads(m) for m in queue.lrange("triage", 0, -1)]
+    assert message["headers"]["task"] == "etriage.triage_pr"
+    args = json.loads(base64.b64decode(message["body"]))[0]
+    assert args == [PUBLIC, 77, "a" * 40, "main", 5]
+    assert client.post(f"/dashboard/runs/{new}/retry", data={"csrf": token}).status_code == 409  # queued, not abandoned
+    queue.delete("triage")
+    reader_token = re.search(r'name="csrf" value="([^"]+)"', reader.get("/dashboard/").get_data(as_text=True)).group(1)
+    assert reader.post(f"/dashboard/runs/{stuck}/retry", data={"csrf": reader_token}).status_code == 403
+    assert queue.llen("triage") == 0
+    store.close()

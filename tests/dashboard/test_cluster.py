@@ -58,6 +58,7 @@ def test_prefilter_finds_what_a_full_scan_finds():
     rng = random.Random(7)
     words = "tensor buffer method partition delegate cache index mismatch shape dtype".split()
     texts = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) for _ in range(300)]
+    texts += [t + rng.choice(("", "x", "xy", " cache", " index 7")) for t in texts[:150]]  # longer partners
     clusterer = Clusterer()
     for i, text in enumerate(texts):
         found = clusterer.find(text)

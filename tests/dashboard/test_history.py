@@ -164,3 +164,15 @@ def test_an_overdue_run_shows_as_abandoned_before_anything_writes_it(history):
     assert history.run(stuck)["status"] == "running"  # nothing wrote it yet
     assert dashboard.run(stuck, Viewer())["run"]["status"] == "abandoned"
     assert dashboard.pr("o/r", 40, Viewer())["pushes"][0]["status"] == "abandoned"
+
+
+def test_a_retry_is_completed_by_the_next_recorded_report(history):
+    start = datetime.now(timezone.utc) - timedelta(hours=3)
+    stuck = history.start_run(RunInfo("o/r", 50, started_at=start), head_sha="h50", time_limit=timedelta(hours=1))
+    history.abandon_overdue()
+    again = history.retry(stuck)
+    report = make_report("h50", failing={"t::kv": ("new", KV_LINE.format(n=4))})
+    assert history.record_run(report, RunInfo("o/r", 50)) == again  # the queued attempt, not a new row
+    assert history.run(again)["status"] == "completed" and history.run(stuck)["status"] == "abandoned"
+    assert history.record_run(report, RunInfo("o/r", 50)) == again  # redelivered: nothing new
+    assert len([r for r in _rows(history, "test_results") if r["run_id"] == again]) == 2
