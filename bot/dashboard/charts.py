@@ -2,6 +2,8 @@
 Every label is escaped (a test id or a repository name is text, never markup)."""
 from __future__ import annotations
 
+import math
+
 from markupsafe import Markup, escape
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
@@ -14,7 +16,7 @@ def line_chart(title: str, x_labels: list[str], series: dict[str, list[float | N
     left, right, top, bottom = 48, 200, 26, 36
     plot_w, plot_h = width - left - right, height - top - bottom
     values = [v for vs in series.values() for v in vs if v is not None]
-    top_value = y_max if y_max is not None else max(values or [1]) or 1
+    top_value = y_max if y_max is not None else _nice(max(values or [1]) or 1)
     n = max(1, len(x_labels) - 1)
 
     def x(i):
@@ -68,6 +70,12 @@ def line_chart(title: str, x_labels: list[str], series: dict[str, list[float | N
                    'no data</text>')
     out.append("</svg>")
     return Markup("".join(out))
+
+
+def _nice(value: float) -> float:
+    """The smallest of 1, 2, 4, 5, 8 x 10^k at or above `value`: y ticks at quarters stay round."""
+    scale = 10 ** math.floor(math.log10(value))
+    return next(step * scale for step in (1, 2, 4, 5, 8, 10) if step * scale >= value)
 
 
 def sparkline(values: list[int], *, width: int = 120, height: int = 24, label: str = "") -> Markup:
