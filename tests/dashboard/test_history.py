@@ -176,3 +176,20 @@ def test_a_retry_is_completed_by_the_next_recorded_report(history):
     assert history.run(again)["status"] == "completed" and history.run(stuck)["status"] == "abandoned"
     assert history.record_run(report, RunInfo("o/r", 50)) == again  # redelivered: nothing new
     assert len([r for r in _rows(history, "test_results") if r["run_id"] == again]) == 2
+
+
+def test_the_seed_is_deterministic_and_its_clusters_stable(tmp_path, shared_dir):
+    from etriage.seed import seed
+
+    now = datetime(2026, 11, 30, 12, tzinfo=timezone.utc)
+    made = []
+    for name in ("a", "b"):
+        store = Store(f"sqlite:///{tmp_path / name}.db")
+        history = History(store)
+        counts = seed(history, runs=120, results=2400, now=now, shared=shared_dir)
+        made.append((counts, sorted((c["id"], c["failures"]) for c in _rows(history, "clusters"))))
+        if name == "b":  # re-clustering the same history keeps every id
+            history.recluster()
+            assert sorted((c["id"], c["failures"]) for c in _rows(history, "clusters")) == made[-1][1]
+        store.close()
+    assert made[0] == made[1] and made[0][0]["clusters"] > 5
