@@ -337,6 +337,8 @@ def build(spec: BuildSpec, recipe: Recipe, commit: str, classify, toolchain: Too
     if spec.use_cache and (artifacts / "build.json").is_file():
         result.cached, result.artifacts_dir = True, str(artifacts)
         return result, []
+    if not spec.use_cache:
+        artifacts = spec.run_dir / "native" / artifacts.name
     repo_dir = root / repo_id(spec.repo, commit)
     src = repo_dir / "src" / "executorch"  # CMake wants the folder named executorch
     folder = repo_dir / "build" / f"{recipe.name}-{toolchain.name}"
@@ -444,11 +446,10 @@ def _store(folder: Path, recipe: Recipe, artifacts: Path, result: NativeBuild, u
                                                 "commit": result.commit, "steps": result.steps,
                                                 "compiled": len(result.compiled),
                                                 "from_ccache": len(result.from_ccache)}))
-    if not use_cache:
-        dest = artifacts.with_name(artifacts.name + f".run{os.getpid()}")
-        shutil.rmtree(dest, ignore_errors=True)
-        os.rename(tmp, dest)
-        return dest
+    if not use_cache:  # the run's own copy, gone with the run's directory
+        shutil.rmtree(artifacts, ignore_errors=True)
+        os.rename(tmp, artifacts)
+        return artifacts
     try:
         os.rename(tmp, artifacts)  # atomic; another run may have stored the same key first
     except OSError:
