@@ -53,20 +53,28 @@ def build_overlay(repo, commit: str, changes: list[ChangedFile], installed: Path
     removed = sorted({f.path for f in changes if f.status == "D" and covers(f.path)}
                      | {f.old_path for f in changes if f.status == "R" and f.old_path
                         and covers(f.old_path)})
+    files = {path: gitio.show(repo, commit, path) for path in written}
+    return lay_overlay(installed, overlay_root, files, removed), written, removed
+
+
+def lay_overlay(installed: Path, overlay_root: Path, files: dict[str, bytes],
+                removed: list[str] = ()) -> Path:
+    """Make <overlay_root>/executorch: the installed package with `files` (package-relative
+    path -> content) written in and `removed` absent; return the package directory. The
+    pipeline gives a commit's files; tests/probes give a regression patch's."""
     real_dirs = set()
-    for path in written + removed:
+    for path in [*files, *removed]:
         parts = path.split("/")[:-1]
         for i in range(1, len(parts) + 1):
             real_dirs.add("/".join(parts[:i]))
     package_dir = overlay_root / PACKAGE
     package_dir.mkdir(parents=True)
-    skip = set(written) | set(removed)
-    _farm(installed, package_dir, "", real_dirs, skip)
-    for path in written:
+    _farm(installed, package_dir, "", real_dirs, set(files) | set(removed))
+    for path, content in files.items():
         dest = package_dir / path
         dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(gitio.show(repo, commit, path))
-    return package_dir, written, removed
+        dest.write_bytes(content)
+    return package_dir
 
 
 def _farm(src: Path, dst: Path, rel: str, real_dirs: set[str], skip: set[str]) -> None:

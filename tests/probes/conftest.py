@@ -1,11 +1,13 @@
-"""Probe-test fixtures: the overlay helper and one pristine run shared by several tests.
+"""Probe-test fixtures: regression patches laid over the installed package by the pipeline's
+own overlay (tasks.pipeline.overlay), and one pristine run shared by several tests.
 
 Probe subprocesses run inside the pipeline's sandbox (tasks.pipeline.sandbox), as a triage runs
 them: the expectations of these tests, unchanged from before the sandbox, are the proof that
 isolation changes no probe's result."""
 from __future__ import annotations
 
-import importlib.util
+import os
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -13,19 +15,58 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
+from tasks.pipeline import overlay
+from tasks.pipeline.build import Workspace
+from tasks.pipeline.sandbox import scrubbed_env
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+REGRESSIONS = REPO_ROOT / "tasks" / "probes" / "regressions"
 
 
-def _load_overlay():
-    spec = importlib.util.spec_from_file_location("probe_overlay", HERE / "overlay.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def installed_package() -> Path:
+    return overlay.installed_package_dir(sys.executable)
 
 
-@pytest.fixture(scope="session")
-def overlay():
-    return _load_overlay()
+def touched_files(patch: Path) -> list[str]:
+    return [line[len("+++ b/"):].split("\t")[0].strip() for line in patch.read_text().splitlines()
+            if line.startswith("+++ b/")]
+
+
+def patched_files(patch: Path, scratch: Path) -> dict[str, bytes]:
+    """The files `patch` touches as it leaves them: the installed copies with the patch applied."""
+    for name in touched_files(patch):
+        (scratch / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(installed_package() / name, scratch / name)
+    subprocess.run(["git", "apply", str(patch)], cwd=scratch, check=True, capture_output=True, text=True)
+    return {name: (scratch / name).read_bytes() for name in touched_files(patch)}
+
+
+def regression_overlay(patch: Path, dest: Path) -> Path:
+    """The installed package with `patch` applied, as the pipeline lays a change's Python files
+    over it (a symlink farm; site-packages is never written); returns the PYTHONPATH entry."""
+    root = dest / "overlay"
+    overlay.lay_overlay(installed_package(), root, patched_files(patch, dest / "patched"))
+    return root
+
+
+def overlay_misses(root: Path, modules: list[str], scratch: Path) -> list[str]:
+    """The pipeline's check that `modules` import from the overlay, not site-packages: the
+    modules that do not (an empty list: the overlay wins)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    for path in (scratch, root):
+        path.chmod(0o755)  # the sandbox's user may read these
+    ws = Workspace(repo=REPO_ROOT, python=sys.executable, installed=installed_package(), run_dir=scratch,
+                   data_dir=scratch)
+    env = scrubbed_env(scratch, sandbox=ws.sandbox, python=ws.python, pythonpath=[str(root)])
+    misses, note = overlay.verify_overlay(ws, env, root, root / overlay.PACKAGE, modules)
+    assert not note, note
+    return misses
+
+
+def overlay_env(root: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+    env["PYTHONPATH"] = str(root)
+    return env
 
 
 def run_probe_subprocess(args: list[str], env: dict, cwd: Path, junit: Path) -> tuple[subprocess.CompletedProcess, ET.Element]:
@@ -54,8 +95,8 @@ def probe_subprocess():
 
 
 @pytest.fixture(scope="session")
-def pristine_run(tmp_path_factory, overlay):
+def pristine_run(tmp_path_factory):
     """All probes once against the installed executorch, from an unrelated working directory."""
     cwd = tmp_path_factory.mktemp("pristine")
-    env = overlay.overlay_env(cwd)  # PYTHONPATH points at an empty dir: nothing is shadowed
+    env = overlay_env(cwd)  # PYTHONPATH points at an empty dir: nothing is shadowed
     return run_probe_subprocess(["--suite", "all", "--format", "json"], env, cwd, cwd / "probes.xml")

@@ -8,6 +8,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from tasks.pipeline.overlay import module_name
+from tests.probes.conftest import (REGRESSIONS, installed_package, overlay_env, overlay_misses,
+                                   regression_overlay, touched_files)
+
 pytestmark = pytest.mark.executorch
 
 
@@ -105,28 +109,28 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.patch for c in CASES])
-def test_patch_applies_to_pristine_package(case, overlay, tmp_path):
+def test_patch_applies_to_pristine_package(case, tmp_path):
     """The pipeline reuses these as head commits: they must apply with git apply."""
-    patch = overlay.REGRESSIONS / f"{case.patch}.patch"
+    patch = REGRESSIONS / f"{case.patch}.patch"
     assert patch.read_text().startswith("# Breaks: "), "first line must say what the patch breaks"
-    for name in overlay.touched_files(patch):
+    for name in touched_files(patch):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(overlay.installed_package() / name, tmp_path / name)
+        shutil.copy(installed_package() / name, tmp_path / name)
     proc = subprocess.run(["git", "apply", "--check", str(patch)], cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.patch for c in CASES])
-def test_probe_catches_regression(case, overlay, probe_subprocess, tmp_path):
-    root = overlay.build_overlay(tmp_path / "overlay", overlay.REGRESSIONS / f"{case.patch}.patch")
-    for name in overlay.touched_files(overlay.REGRESSIONS / f"{case.patch}.patch"):
-        module = "executorch." + name.removesuffix(".py").replace("/", ".")
-        assert overlay.module_file(root, module) == str(root / "executorch" / name), "overlay must win"
-    assert overlay.module_file(root, "executorch.exir.backend.backend_api").startswith(str(root))
+def test_probe_catches_regression(case, probe_subprocess, tmp_path):
+    patch = REGRESSIONS / f"{case.patch}.patch"
+    root = regression_overlay(patch, tmp_path)
+    modules = [module_name(name) for name in touched_files(patch)]
+    assert all(modules) and overlay_misses(root, [*modules, "executorch.exir.backend.backend_api"],
+                                           tmp_path / "verify") == [], "overlay must win"
 
     probes = [*case.failing, *case.passing]
     args = ["--suite", case.suite] + [arg for p in probes for arg in ("--probe", p)]
-    proc, suite = probe_subprocess(args, overlay.overlay_env(root), tmp_path, tmp_path / "probes.xml")
+    proc, suite = probe_subprocess(args, overlay_env(root), tmp_path, tmp_path / "probes.xml")
 
     assert proc.returncode == 1
     cases = {c.get("name"): c for c in suite.iter("testcase")}
@@ -142,9 +146,9 @@ def test_probe_catches_regression(case, overlay, probe_subprocess, tmp_path):
         assert len(cases[name]) == 0, f"{name} should be unaffected by {case.patch}:\n{proc.stdout}"
 
 
-def test_readme_lists_every_patch(overlay):
-    readme = (overlay.REGRESSIONS / "README.md").read_text()
-    patches = sorted(p.name for p in overlay.REGRESSIONS.glob("*.patch"))
+def test_readme_lists_every_patch():
+    readme = (REGRESSIONS / "README.md").read_text()
+    patches = sorted(p.name for p in REGRESSIONS.glob("*.patch"))
     assert patches == sorted(f"{c.patch}.patch" for c in CASES)
     for name in patches:
         assert f"`{name}`" in readme
