@@ -33,6 +33,22 @@ def page_url(endpoint: str, filters: Filters, **override) -> str:
     return url_for(endpoint, **{**request.view_args, **filters.args(**override)})
 
 
+SECURITY_HEADERS = {
+    # No script at all, nothing from elsewhere, never in a frame (the retry form cannot be
+    # clickjacked): a second wall behind the escaping.
+    "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self' data:; "
+                               "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY", "Referrer-Policy": "same-origin",
+}
+
+
+@blueprint.after_app_request
+def _security_headers(response):
+    if request.blueprint in ("dashboard", "dashboard_auth"):
+        response.headers.update(SECURITY_HEADERS)
+    return response
+
+
 @blueprint.errorhandler(HTTPException)
 def _error_page(error: HTTPException):
     """Pages answer errors as pages (the app's other blueprints answer JSON)."""

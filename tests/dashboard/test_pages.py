@@ -27,6 +27,8 @@ def test_every_page_renders_without_script(client, url):
     assert answer.status_code == 200, answer.data[:500]
     html = answer.get_data(as_text=True)
     assert "<script" not in html.lower()  # server-rendered: nothing needs JavaScript
+    assert "script-src" not in answer.headers["Content-Security-Policy"]  # default-src 'none': no script runs
+    assert "frame-ancestors 'none'" in answer.headers["Content-Security-Policy"]
     assert 'href="/static/dashboard.css"' in html
 
 
