@@ -99,6 +99,9 @@ class NativeBuild:
         steps = ", ".join(f"{k} {v:.1f} s" for k, v in self.steps.items())
         hits, total = len(self.from_ccache), len(self.from_ccache) + len(self.compiled)
         rate = f", compiler cache {hits}/{total} hits" if total else ", nothing to compile"
+        if self.compiled:
+            names = ", ".join(self.compiled[:3]) + (f" and {len(self.compiled) - 3} more" if len(self.compiled) > 3 else "")
+            rate += f"; compiled {names}"
         fresh = f"; fresh build folder: {self.fresh_folder}" if self.fresh_folder else ""
         return f"{self.recipe} ({self.toolchain}) at {self.commit[:12]}: {self.status} ({steps}{rate}){fresh}"
 

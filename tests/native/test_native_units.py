@@ -10,6 +10,7 @@ import pytest
 
 from tasks.pipeline import native
 from tasks.pipeline.plan import plan_change
+from tasks.pipeline.sandbox import Sandbox
 from tasks.pipeline.tables import load_tables
 from tests.native.conftest import git
 
@@ -124,3 +125,18 @@ def test_host_native_is_planned_only_with_a_native_change(tmp_path):
     assert "host-native" not in py.targets and any("host-native not needed" in n for n in py.notes)
     # asked for by name it stays, and says itself why it has nothing to run
     assert "host-native" in plan_change(repo, "main", "py", tables, suites=["probes"], targets=["host-native"]).targets
+
+
+def test_a_recipe_whose_sdk_is_missing_is_reported_not_run(tmp_path):
+    spec = native.BuildSpec(tmp_path, tmp_path / "data", tmp_path / "run", "python", Sandbox(), tool_env=())
+    built, failures = native.build(spec, load_tables().recipes["qnn"], "0" * 40, lambda *a, **k: [])
+    assert (built.status, failures) == ("not_run", [])
+    assert built.summary() == "qnn (host): not run (needs QNN_SDK_ROOT, ANDROID_NDK_ROOT on this worker)"
+    assert not (tmp_path / "data").exists()  # nothing was checked out or built
+
+
+def test_the_summary_says_what_was_compiled_and_what_came_from_the_cache():
+    built = native.NativeBuild("portable", "host", "a" * 40, "ok", steps={"checkout": 0.1, "build": 3.25},
+                               compiled=["kernels/portable/cpu/op_add.cpp"], from_ccache=["x.cpp", "y.cpp"])
+    assert built.summary() == ("portable (host) at aaaaaaaaaaaa: ok (checkout 0.1 s, build 3.2 s, compiler cache "
+                               "2/3 hits; compiled kernels/portable/cpu/op_add.cpp)")
