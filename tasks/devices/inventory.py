@@ -12,7 +12,9 @@ for now (its own MetaData); it moves to bot/history.py's migrations when the das
         adb_host: 10.0.0.9:5037         # android only, optional: the adb server (`adb -H/-P`)
         soc: x86_64                     # a row of triage_rules/tables/socs.yaml
         labels: [linux]
-        runtime: [/opt/et/bin/python3]  # how the device runs a bundle (see tasks/devices/runner.py)
+        runner: pybind                  # pybind | rebuilt | /path/to/executor_runner on the device
+        runtime: [/opt/et/bin/python3]  # the Python that runs tasks/devices/pybind_runner.py
+        backends: [portable, xnnpack]   # what that runtime has
         enabled: true
 """
 from __future__ import annotations
@@ -44,7 +46,13 @@ class Device(BaseModel):
     soc: str
     adb_host: str = ""
     labels: tuple[str, ...] = ()
+    # How the device runs a program bundle: "pybind" (tasks/devices/pybind_runner.py under the
+    # device's `runtime` Python, which has the executorch package), "rebuilt" (the change's own
+    # executor_runner built for the device's machine, pushed with the bundle) or the path of an
+    # executor_runner already on the device.
+    runner: str = "pybind"
     runtime: tuple[str, ...] = ("python3",)
+    backends: tuple[str, ...] = ("portable",)  # what the device's runtime has (programs needing more are skipped)
     work_root: str = ""
     enabled: bool = True
     min_free_mb: int = 64  # the health check refuses a lease below this

@@ -25,6 +25,7 @@ from tasks.devices.faults import DeviceFault
 from tasks.devices.inventory import Device
 
 OUTPUT_LIMIT = 4 << 20  # keep the last 4 MiB of a run's output
+SFTP_TIMEOUT = 120.0  # one file operation with no progress for this long: the device is gone
 GRACE_SECONDS = 15  # after the device-side time limit, how long the host still waits
 
 
@@ -95,6 +96,13 @@ class SshTransport:
             self.client.close()
             self.client = None
 
+    def _sftp(self) -> paramiko.SFTPClient:
+        if self.client is None:
+            raise self._fault("offline", "not connected")
+        sftp = self.client.open_sftp()
+        sftp.get_channel().settimeout(SFTP_TIMEOUT)
+        return sftp
+
     def _transport(self) -> paramiko.Transport:
         transport = self.client.get_transport() if self.client else None
         if transport is None or not transport.is_active():
@@ -147,10 +155,18 @@ class SshTransport:
                 raise
             raise self._fault("offline", f"during {shlex.join(argv)[:200]}: {error or type(error).__name__}") from None
         finally:
-            channel.close()
+            with contextlib.suppress(EOFError, OSError, paramiko.SSHException):
+                channel.close()  # on a dead connection closing fails too; the fault says why
         output = b"".join(chunks).decode(errors="replace")
-        if code == -1:  # the server sent no exit status: the session was torn down
-            raise self._fault("offline", f"the session ended without an exit status: {shlex.join(argv)[:200]}")
+        if code == -1:
+            # No exit status: the connection went down (offline), or the program was killed by a
+            # signal (sshd sends exit-signal, which paramiko does not keep): the program's end.
+            try:
+                self._transport().open_session(timeout=GRACE_SECONDS).close()
+            except (paramiko.SSHException, OSError, EOFError) as error:
+                raise self._fault("offline", f"during {shlex.join(argv)[:200]}: the session ended without "
+                                             f"an exit status and the connection is gone ({error})") from None
+            output += "\n[etriage] the program was killed by a signal (no exit status)\n"
         if code in (124, 137):  # coreutils timeout: TERM then KILL
             raise self._fault("timeout", f"killed at the time limit ({timeout:.0f} s): {shlex.join(argv)[:200]}")
         return Ran(code, output, round(time.monotonic() - start, 3))
@@ -187,10 +203,7 @@ class SshTransport:
         local = Path(local)
         sent = 0
         try:
-            sftp = self.client.open_sftp() if self.client else None
-            if sftp is None:
-                raise self._fault("offline", "not connected")
-            with contextlib.closing(sftp):
+            with contextlib.closing(self._sftp()) as sftp:
                 items = [local] if local.is_file() else sorted(local.rglob("*"))
                 base = local.parent if local.is_file() else local
                 if local.is_dir():
@@ -223,10 +236,7 @@ class SshTransport:
     def pull(self, remote: str, local: Path) -> None:
         """Copy a remote file or directory tree to `local` (created)."""
         try:
-            sftp = self.client.open_sftp() if self.client else None
-            if sftp is None:
-                raise self._fault("offline", "not connected")
-            with contextlib.closing(sftp):
+            with contextlib.closing(self._sftp()) as sftp:
                 _pull(sftp, remote, Path(local))
         except DeviceFault:
             raise
@@ -243,11 +253,13 @@ def _mkdir(sftp: paramiko.SFTPClient, path: str) -> None:
 
 
 def _pull(sftp: paramiko.SFTPClient, remote: str, local: Path) -> None:
-    if stat.S_ISDIR(sftp.stat(remote).st_mode):
+    """Directories and regular files only (a fifo would block the read forever)."""
+    mode = sftp.stat(remote).st_mode
+    if stat.S_ISDIR(mode):
         local.mkdir(parents=True, exist_ok=True)
         for entry in sftp.listdir_attr(remote):
             _pull(sftp, f"{remote}/{entry.filename}", local / entry.filename)
-    else:
+    elif stat.S_ISREG(mode):
         local.parent.mkdir(parents=True, exist_ok=True)
         sftp.get(remote, str(local))
 

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -128,10 +129,22 @@ class Sshd:
         os.chown(self.host_key, self.user.pw_uid, self.user.pw_gid)
         self.start()
 
+    def runtime(self) -> tuple[str, ...]:
+        """The device's Python with executorch: this venv's interpreter when the device user may
+        run it; for etriage-device (root's interpreter lives under a 0700 /root), the system
+        Python of the same version over this venv's packages."""
+        if os.geteuid() != 0:
+            return (sys.executable,)
+        system = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+        if not Path(system).exists():
+            pytest.skip(f"no {system} for the device user (the venv's interpreter is under /root)")
+        return ("env", f"PYTHONPATH={sysconfig.get_paths()['purelib']}", system)
+
     def device(self, device_id: str = "loop-1", **fields) -> Device:
         values = dict(transport="ssh", address=f"{self.user.pw_name}@127.0.0.1:{self.port}",
-                      soc=os.uname().machine, runtime=(sys.executable,), work_root=str(self.work_root),
-                      min_free_mb=1)
+                      soc=os.uname().machine, runtime=self.runtime(), work_root=str(self.work_root),
+                      min_free_mb=1, identity=str(self.client_key), known_hosts=str(self.known_hosts),
+                      backends=("portable", "xnnpack"))
         values.update(fields)
         return Device(id=device_id, **values)
 

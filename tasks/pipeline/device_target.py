@@ -1,0 +1,213 @@
+"""Device targets: the probes' programs, made on the host, run on a device.
+
+    ssh:<id>          a Linux device or device host of the inventory, over SSH
+    emulated-arm64    any device of the inventory's emulated arm64 class (QEMU user mode + sshd)
+    android:<id>      a phone over adb (tasks/devices/android.py)
+
+A run: (1) the change's Python exports the probes' programs as a bundle in the sandbox
+(tasks/pipeline/programs.py: .pte, per-method per-step inputs and eager's outputs); (2) a device
+is leased from the pool (when the worker has one) after its health check; (3) the bundle and the
+runner go to a fresh work dir on the device, every method of every program runs there through
+programs.run_bundle's scripts (mutable-buffer programs step by step on one Method), outputs come
+back, the work dir is removed; (4) programs.judge compares with eager on the host. A device fault
+is retried on the next device, a bounded number of times, then reported with the device's own
+line (`device_infra`, the environment's) and never as the change's.
+"""
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import redis
+
+from tasks.devices import pybind_runner
+from tasks.devices.connect import DeviceSettings, check_open, health_check, open_transport
+from tasks.devices.faults import DeviceFault
+from tasks.devices.inventory import Device, InventoryError, load_inventory
+from tasks.devices.pool import NoDevice, Pool
+from tasks.pipeline import programs
+from tasks.pipeline import suites as suite_runner
+from tasks.pipeline.sandbox import TASKS_DIR, run_logged, scrubbed_env
+from tasks.pipeline.suites import SuiteRun
+from tasks.pipeline.tables import TargetSpec
+from tasks.records import SuiteResult, TestResult
+
+ATTEMPTS = 3  # a run meets at most this many device faults before it is reported
+METHOD_TIMEOUT = 600.0
+EXPORT_CODE = (TASKS_DIR / "pipeline" / "__init__.py", TASKS_DIR / "pipeline" / "programs.py")
+
+
+def not_run(run: SuiteRun, reason: str) -> SuiteResult:
+    return SuiteResult(suite=run.suite.name, target=run.target, commit=run.build.commit,
+                       status="not_run", reason=reason)
+
+
+class DeviceTarget:
+    """The Target interface (tasks/pipeline/targets.py): available(), run(), run_many()."""
+
+    def __init__(self, spec: TargetSpec, tool_env: dict[str, str], *,
+                 inventory: dict[str, Device] | None = None, pool: Pool | None = None):
+        self.spec, self.name, self.tool_env = spec, spec.name, tool_env
+        self.settings = DeviceSettings.from_env(tool_env)
+        self._inventory, self.pool = inventory, pool
+        self.bundles: dict[tuple, Path] = {}  # (commit, overlay, backends) -> exported bundle: retries reuse it
+
+    def env_for(self, run: SuiteRun) -> dict[str, str]:
+        """The export's environment (the sandbox's; the device settings never reach it)."""
+        return scrubbed_env(run.work_dir(), sandbox=run.sandbox, python=run.python,
+                            pythonpath=[run.build.overlay_dir or "", str(suite_runner.PLUGIN_DIR)],
+                            pass_through=self.tool_env)
+
+    def run_many(self, runs: list[SuiteRun]) -> list[tuple[list[SuiteResult], float, bool]]:
+        done = []
+        for run in runs:
+            result = self.run(run)
+            done.append(([result], result.seconds, not run.node_ids))
+        return done
+
+    # --- which devices -------------------------------------------------------------------
+
+    def inventory(self) -> dict[str, Device]:
+        if self._inventory is None:
+            if not self.settings.inventory:
+                raise InventoryError("no device inventory on this worker (ETRIAGE_DEVICES is not set)")
+            self._inventory = load_inventory(self.settings.inventory)
+        return self._inventory
+
+    def devices(self) -> list[Device]:
+        """`ssh:lab-1` -> that device; `emulated-arm64` -> every enabled device of that class."""
+        template, _, wanted = self.name.partition(":")
+        found = [d for d in self.inventory().values() if d.enabled and d.transport == self.spec.kind
+                 and (d.id == wanted if wanted else d.soc == template or template == self.spec.kind)]
+        return found
+
+    def available(self) -> tuple[bool, str]:
+        try:
+            found = self.devices()
+        except InventoryError as error:
+            return False, str(error)
+        if not found:
+            return False, (f"no enabled {self.spec.kind} device named {self.name.partition(':')[2]!r} in the "
+                           f"inventory" if ":" in self.name else f"no enabled device for {self.name} in the inventory")
+        return True, ""
+
+    # --- a run ---------------------------------------------------------------------------
+
+    def run(self, run: SuiteRun) -> SuiteResult:
+        if run.suite.kind not in self.spec.suite_kinds:
+            return not_run(run, f"target {self.name} does not run {run.suite.kind} suites")
+        ok, reason = self.available()
+        if not ok:
+            return not_run(run, reason)
+        start = time.monotonic()
+        work = run.work_dir()
+        devices = self.devices()
+        backends = sorted({b for d in devices for b in d.backends} & {"portable", "xnnpack"}) or ["portable"]
+        key = (run.build.commit, run.build.overlay_dir, tuple(backends))
+        bundle, exported = (self.bundles[key], []) if key in self.bundles else self._export(run, work, backends)
+        result = SuiteResult(suite=run.suite.name, target=self.name, commit=run.build.commit, status="ran",
+                             command=exported)
+        if bundle is not None:
+            self.bundles[key] = bundle
+        else:
+            result.status, result.reason = "crashed", "the probes' programs could not be exported on the host"
+            result.log_excerpt = (work / "export.log").read_text(errors="replace")[-6000:]
+            return result
+        faults: list[DeviceFault] = []
+        while len(faults) < ATTEMPTS:
+            try:
+                device, outcomes = self._attempt(run, bundle, work / f"attempt{len(faults)}",
+                                                 devices[len(faults) % len(devices):] + devices[:len(faults) % len(devices)])
+            except NoDevice as error:
+                faults.append(DeviceFault("missing", str(error), self.name))
+                break
+            except DeviceFault as fault:
+                faults.append(fault)
+                if not fault.retryable and len(devices) == 1:
+                    break
+                continue
+            result.tests = [self._test(run, device, o) for o in outcomes]
+            result.seconds = round(time.monotonic() - start, 2)
+            result.reason = f"on device {device.describe()}" + (
+                f", after {len(faults)} device fault(s): " + "; ".join(f.line() for f in faults) if faults else "")
+            return result
+        result.status = "crashed"
+        result.reason = f"device fault ({faults[-1].kind}); {len(faults)} attempt(s)"
+        result.log_excerpt = "\n".join(f.line() for f in faults)
+        result.seconds = round(time.monotonic() - start, 2)
+        return result
+
+    def _export(self, run: SuiteRun, work: Path, backends: list[str]) -> tuple[Path | None, list[str]]:
+        """The change's Python writes the bundle, in the sandbox."""
+        bundle = work / "bundle"
+        shutil.rmtree(bundle, ignore_errors=True)
+        bundle.mkdir(parents=True)
+        cmd = [run.python, "-m", "tasks.pipeline.programs", "export", "--out", str(bundle),
+               "--backends", ",".join(backends)]
+        done = run_logged(cmd, cwd=run.package_dir, env=self.env_for(run), log_path=work / "export.log",
+                          timeout=min(run.timeout, 900), sandbox=run.sandbox, python=run.python,
+                          readable=[*run.readable(), *EXPORT_CODE], writable=[bundle])
+        ok = done.returncode == 0 and (bundle / programs.MANIFEST).is_file()
+        return (bundle if ok else None), cmd
+
+    def _attempt(self, run: SuiteRun, bundle: Path, out_dir: Path, devices: list[Device]):
+        shutil.rmtree(out_dir, ignore_errors=True)
+        out_dir.mkdir(parents=True)
+        job = f"{run.build.commit[:12]}/{run.suite.name}/{run.phase}{run.attempt}"
+        if self.pool is None and self.settings.redis_url:
+            self.pool = Pool(redis.Redis.from_url(self.settings.redis_url), self.inventory(),
+                             health=lambda d: health_check(d, self.settings))
+        if self.pool is not None:
+            device_class = devices[0].device_class
+            with self.pool.lease(device_class, job) as lease:
+                try:
+                    outcomes = self._run_on(lease.device, bundle, out_dir)
+                except DeviceFault as fault:
+                    self.pool.record(lease.device.id, fault)
+                    raise
+                self.pool.record(lease.device.id, None)
+                return lease.device, outcomes
+        device = devices[0]  # no pool: this worker alone uses its devices (in turn after a fault)
+        return device, self._run_on(device, bundle, out_dir, check=True)
+
+    def _run_on(self, device: Device, bundle: Path, out_dir: Path, check: bool = False):
+        with open_transport(device, self.settings) as transport:
+            if check:
+                check_open(transport, device)
+            with transport.workdir() as remote:
+                transport.push(bundle, remote)
+                runner = self._runner(transport, device, remote)
+                remote_out = f"{remote}/out"
+                transport.check(["mkdir", "-p", remote_out])
+
+                def execute(argv: list[str], log_path: Path):
+                    # argv: sh SCRIPT BUNDLE OUT RUNNER...; the same script, run on the device
+                    script = Path(argv[1])
+                    transport.push(script, remote)
+                    ran = transport.run(["sh", f"{remote}/{script.name}", f"{remote}/{bundle.name}", remote_out,
+                                         *argv[4:]], timeout=METHOD_TIMEOUT, cwd=remote)
+                    log_path.write_text(ran.output)
+                    return ran.returncode, ran.seconds, ran.output
+
+                runs = programs.run_bundle(bundle, runner, out_dir, execute)
+                transport.pull(remote_out, out_dir)
+        return programs.judge(bundle, out_dir, runs, set(device.backends))
+
+    def _runner(self, transport, device: Device, remote: str) -> list[str]:
+        if device.runner == "pybind":
+            transport.push(Path(pybind_runner.__file__), remote)
+            return [*device.runtime, f"{remote}/pybind_runner.py"]
+        if device.runner == "rebuilt":
+            raise DeviceFault("protocol", "runner 'rebuilt': no executor_runner built for "
+                                          f"{device.soc_info.machine or device.soc} in this run", device.describe())
+        return [device.runner]
+
+    def _test(self, run: SuiteRun, device: Device, outcome: programs.Outcome) -> TestResult:
+        where = (f"on device {device.id} (SoC {device.soc}, {device.transport} {device.address}, "
+                 f"runner {device.runner})")
+        failed = outcome.outcome == "failed"
+        return TestResult(suite=run.suite.name, test=outcome.program.test_id, target=self.name,
+                          outcome=outcome.outcome,
+                          message=(f"{outcome.message} [{where}]" if failed else outcome.message)[:500],
+                          text=f"{outcome.log}\n{where}" if failed else "", seconds=outcome.seconds)

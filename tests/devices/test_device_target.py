@@ -1,0 +1,137 @@
+"""The ssh device target end to end: the probes' programs exported by the change's Python in the
+sandbox, run with the real ExecuTorch runtime on a real (loopback) SSH device, compared with
+eager on the host; and the device's faults reported as the device's."""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import redis
+
+from tasks.devices.inventory import Device
+from tasks.devices.pool import Pool
+from tasks.devices.connect import DeviceSettings, health_check
+from tasks.pipeline import compare, device_target, programs
+from tasks.pipeline.device_target import DeviceTarget
+from tasks.pipeline.overlay import installed_package_dir
+from tasks.pipeline.suites import SuiteRun
+from tasks.pipeline.tables import Suite, TargetSpec
+from tasks.records import BuildResult
+from triage_rules import classify_text
+
+SPEC = TargetSpec(name="ssh:loop-1", kind="ssh", backends=("portable", "xnnpack"), suite_kinds=("probes",))
+PROBES = Suite(name="probes", kind="probes", backends=("portable", "xnnpack"))
+
+
+def _run(tmp_path: Path, target="ssh:loop-1") -> SuiteRun:
+    build = BuildResult(status="ok", kind="none", commit="c0ffee" * 6 + "abcd",
+                        package_dir=str(installed_package_dir(sys.executable)))
+    return SuiteRun(PROBES, build, target, tmp_path / "run")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """One export of the installed executorch's probe programs (portable only), shared."""
+    tmp = tmp_path_factory.mktemp("export")
+    target = DeviceTarget(SPEC, {}, inventory={})
+    run = _run(tmp)
+    bundle, _ = target._export(run, run.work_dir(), ["portable"])
+    assert bundle is not None, (run.work_dir() / "export.log").read_text()[-3000:]
+    return bundle
+
+
+def _target(device: Device, bundle: Path | None, run: SuiteRun, **kw) -> DeviceTarget:
+    target = DeviceTarget(SPEC if ":" in run.target else TargetSpec(
+        name=run.target, kind="ssh", backends=("portable",), suite_kinds=("probes",)), {},
+        inventory={device.id: device} | kw.pop("more", {}), **kw)
+    if bundle is not None:
+        target.bundles[(run.build.commit, run.build.overlay_dir, ("portable",))] = bundle
+    return target
+
+
+def test_probes_run_on_the_device_and_match_eager(sshd, tmp_path):
+    """The whole way: export in the sandbox, push, run every method (two methods; a KV cache
+    over three steps of one Method), pull, compare; the device's work dir is gone after."""
+    device = sshd.device(backends=("portable",))
+    run = _run(tmp_path)
+    result = _target(device, None, run).run(run)
+    assert result.status == "ran", result.reason + result.log_excerpt
+    assert {t.test: t.outcome for t in result.tests} == {
+        "multi_method::two_methods_portable": "passed", "mutable_buffer::kv_cache_steps_portable": "passed"}
+    assert all(t.target == "ssh:loop-1" for t in result.tests)
+    assert "--out" in result.command  # the export ran (in the sandbox)
+    assert list(sshd.work_root.iterdir()) == []
+
+
+def test_a_wrong_output_is_the_programs_failure_and_names_the_device(sshd, exported, tmp_path):
+    bundle = tmp_path / "bundle"
+    shutil.copytree(exported, bundle)
+    kv = next(p for p in programs.read_manifest(bundle) if p.name == "kv_cache_steps_portable")
+    last = kv.methods[0].steps[-1].expected[0]  # eager's output at the last step, made wrong
+    wrong = np.frombuffer((bundle / last.file).read_bytes(), dtype=last.dtype) + 1.0
+    (bundle / last.file).write_bytes(wrong.astype(last.dtype).tobytes())
+    run = _run(tmp_path)
+    result = _target(sshd.device(backends=("portable",)), bundle, run).run(run)
+    outcome = {t.test: t for t in result.tests}
+    assert outcome["multi_method::two_methods_portable"].outcome == "passed"
+    failed = outcome["mutable_buffer::kv_cache_steps_portable"]
+    assert failed.outcome == "failed"
+    assert "step 3/3" in failed.message and "numerical mismatch" in failed.message
+    assert "on device loop-1 (SoC x86_64" in failed.message
+    [failure] = compare.classify_failing({("probes", run.target, failed.test): failed}, classify_text).values()
+    assert not any(f.environment for f in failure)  # the program's, not the device's
+
+
+def test_a_dead_device_is_retried_then_reported_as_device_infra(sshd, exported, tmp_path):
+    sshd.stop()
+    run = _run(tmp_path)
+    result = _target(sshd.device(), exported, run).run(run)
+    assert result.status == "crashed" and result.reason == "device fault (refused); 3 attempt(s)"
+    assert result.log_excerpt.count("Connection refused") == 3
+    head = compare.index([result])
+    verdicts = compare.decide({}, head, compare.classify_failing(head, classify_text), {})
+    assert [(v.verdict, v.category) for v in verdicts] == [("environment", "device_infra")]
+    assert "loop-1 (x86_64)" in verdicts[0].primary_line
+
+
+def test_a_run_killed_at_its_time_limit_is_the_devices(sshd, exported, tmp_path, monkeypatch):
+    monkeypatch.setattr(device_target, "METHOD_TIMEOUT", 1.0)
+    run = _run(tmp_path)
+    result = _target(sshd.device(), exported, run).run(run)
+    assert result.status == "crashed" and "device fault (timeout)" in result.reason
+    assert list(sshd.work_root.iterdir()) == []  # cleaned up after each attempt
+
+
+def test_with_the_pool_a_bad_device_is_skipped_and_quarantined(sshd, exported, tmp_path, redis_url):
+    """Two devices of one class: the first's sshd is gone (health check fails), the run goes to
+    the second; the pool counts the fault."""
+    good = sshd.device("loop-good", backends=("portable",))
+    dead = sshd.device("loop-dead", address=f"{sshd.user.pw_name}@127.0.0.1:1", backends=("portable",))
+    inventory = {"loop-dead": dead, "loop-good": good}
+    client = redis.Redis.from_url(redis_url)
+    pool = Pool(client, inventory, prefix=f"etriage-test:{tmp_path.name}:", quarantine_after=1,
+                health=lambda d: health_check(d, DeviceSettings()))
+    run = _run(tmp_path, target="x86_64")
+    target = _target(good, exported, run, more={"loop-dead": dead}, pool=pool)
+    result = target.run(run)
+    assert result.status == "ran" and all(t.outcome == "passed" for t in result.tests), result.reason
+    assert result.reason == "on device loop-good (x86_64)"
+    assert pool.is_quarantined("loop-dead") and not pool.is_quarantined("loop-good")
+    assert pool.holder("loop-good") is None
+    for key in client.scan_iter(f"etriage-test:{tmp_path.name}:*"):
+        client.delete(key)
+
+
+@pytest.mark.parametrize("inventory, name, reason", [
+    (None, "ssh:loop-1", "no device inventory on this worker (ETRIAGE_DEVICES is not set)"),
+    ({}, "ssh:nope", "no enabled ssh device named 'nope' in the inventory"),
+    ({}, "emulated-arm64", "no enabled device for emulated-arm64 in the inventory"),
+])
+def test_not_run_says_why(inventory, name, reason, tmp_path):
+    target = DeviceTarget(TargetSpec(name=name, kind=name.partition(":")[0] if ":" in name else "emulated",
+                                     backends=("portable",), suite_kinds=("probes",)), {}, inventory=inventory)
+    result = target.run(_run(tmp_path, target=name))
+    assert (result.status, result.reason) == ("not_run", reason)
