@@ -138,6 +138,7 @@ class TargetsYaml(ym.StrictModel):
 
     targets: dict[ym.Str, TargetYaml]
     devices: dict[ym.Str, DeviceYaml] | None = None
+    device_targets: dict[ym.Str, TargetYaml] | None = None  # by name only (tasks/pipeline/tables.TargetTable)
 
 
 LabelsYaml = dict[Literal[CATEGORIES], ym.Str]  # labels.yaml: category -> label

@@ -12,6 +12,9 @@ from tasks.pipeline.sandbox import Sandbox
 from tasks.pipeline.tables import TableError
 
 QUIET_ENV = ("QNN_SDK_ROOT", "ANDROID_NDK_ROOT")
+# Device targets' settings (tasks/devices/connect.DeviceSettings): read by the target, never
+# passed into a sandboxed run (sandbox.PASS_THROUGH does not list them).
+DEVICE_ENV = ("ETRIAGE_DEVICES", "ETRIAGE_DEVICE_KEY", "ETRIAGE_DEVICE_KNOWN_HOSTS", "ETRIAGE_DEVICE_REDIS_URL")
 
 
 def add_arguments(parser) -> None:
@@ -19,7 +22,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--base", required=True, help="base revision (the PR's target branch)")
     parser.add_argument("--head", required=True, help="head revision (the change)")
     parser.add_argument("--target", action="append", dest="targets", metavar="NAME",
-                        help="run on this target (repeatable; default: every configured target)")
+                        help="run on this target (repeatable; default: every configured target). Device "
+                             "targets run only when named: ssh:<device>, emulated-arm64 (docs/DEVICES.md)")
+    parser.add_argument("--devices", type=Path, metavar="FILE",
+                        help="the lab's device inventory for device targets (default: $ETRIAGE_DEVICES)")
     parser.add_argument("--suite", action="append", dest="suites", metavar="NAME",
                         help="run only this suite (repeatable; default: what the plan picks)")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown")
@@ -50,7 +56,8 @@ def run(args) -> int:
         repo=args.repo, base=args.base, head=args.head, data_dir=args.data_dir,
         targets=args.targets, suites=args.suites, use_cache=not args.no_cache,
         tables_dir=args.tables, keep_run_dir=args.keep_run_dir, full_base=args.full_base,
-        tool_env={k: os.environ[k] for k in QUIET_ENV if os.environ.get(k)},
+        tool_env={k: os.environ[k] for k in QUIET_ENV + DEVICE_ENV if os.environ.get(k)}
+        | ({"ETRIAGE_DEVICES": str(args.devices.resolve())} if args.devices else {}),
         sandbox=Sandbox(enabled=not args.no_sandbox), budget_seconds=args.budget, select_all=args.select_all)
     if args.no_sandbox:
         progress("--no-sandbox: the change's code runs with your own user's access")

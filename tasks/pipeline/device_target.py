@@ -15,6 +15,8 @@ line (`device_infra`, the environment's) and never as the change's.
 """
 from __future__ import annotations
 
+import json
+import platform
 import shutil
 import time
 from pathlib import Path
@@ -31,11 +33,29 @@ from tasks.pipeline import suites as suite_runner
 from tasks.pipeline.sandbox import TASKS_DIR, run_logged, scrubbed_env
 from tasks.pipeline.suites import SuiteRun
 from tasks.pipeline.tables import TargetSpec
-from tasks.records import SuiteResult, TestResult
+from tasks.records import BuildResult, SuiteResult, TestResult
 
 ATTEMPTS = 3  # a run meets at most this many device faults before it is reported
 METHOD_TIMEOUT = 600.0
 EXPORT_CODE = (TASKS_DIR / "pipeline" / "__init__.py", TASKS_DIR / "pipeline" / "programs.py")
+# native.py's toolchain -> the `uname -m` its binaries run on
+TOOLCHAIN_MACHINES = {"host": platform.machine(), "aarch64-linux-gnu": "aarch64"}
+RECIPE_BACKENDS = {"xnnpack": {"portable", "xnnpack"}, "portable": {"portable"}}
+
+
+class NoRunner(RuntimeError):
+    """The device wants the change's rebuilt runner and this run has none for its machine."""
+
+
+def rebuilt_runner(build: BuildResult, machine: str) -> tuple[Path, set[str]] | None:
+    """The executor_runner this run rebuilt for `machine` (the recipe with the most backends)."""
+    for recipe, folder in sorted(build.build_dirs.items(), key=lambda kv: -len(RECIPE_BACKENDS.get(kv[0], ()))):
+        runner, info = Path(folder) / "executor_runner", Path(folder) / "build.json"
+        if runner.is_file() and info.is_file():
+            toolchain = json.loads(info.read_text()).get("toolchain", "host")
+            if TOOLCHAIN_MACHINES.get(toolchain) == machine:
+                return runner, RECIPE_BACKENDS.get(recipe, {"portable"})
+    return None
 
 
 def not_run(run: SuiteRun, reason: str) -> SuiteResult:
@@ -119,6 +139,8 @@ class DeviceTarget:
             try:
                 device, outcomes = self._attempt(run, bundle, work / f"attempt{len(faults)}",
                                                  devices[len(faults) % len(devices):] + devices[:len(faults) % len(devices)])
+            except NoRunner as error:
+                return not_run(run, str(error))
             except NoDevice as error:
                 faults.append(DeviceFault("missing", str(error), self.name))
                 break
@@ -162,22 +184,22 @@ class DeviceTarget:
             device_class = devices[0].device_class
             with self.pool.lease(device_class, job) as lease:
                 try:
-                    outcomes = self._run_on(lease.device, bundle, out_dir)
+                    outcomes = self._run_on(lease.device, bundle, out_dir, run.build)
                 except DeviceFault as fault:
                     self.pool.record(lease.device.id, fault)
                     raise
                 self.pool.record(lease.device.id, None)
                 return lease.device, outcomes
         device = devices[0]  # no pool: this worker alone uses its devices (in turn after a fault)
-        return device, self._run_on(device, bundle, out_dir, check=True)
+        return device, self._run_on(device, bundle, out_dir, run.build, check=True)
 
-    def _run_on(self, device: Device, bundle: Path, out_dir: Path, check: bool = False):
+    def _run_on(self, device: Device, bundle: Path, out_dir: Path, build: BuildResult, check: bool = False):
         with open_transport(device, self.settings) as transport:
             if check:
                 check_open(transport, device)
             with transport.workdir() as remote:
                 transport.push(bundle, remote)
-                runner = self._runner(transport, device, remote)
+                runner, has = self._runner(transport, device, remote, build)
                 remote_out = f"{remote}/out"
                 transport.check(["mkdir", "-p", remote_out])
 
@@ -192,16 +214,22 @@ class DeviceTarget:
 
                 runs = programs.run_bundle(bundle, runner, out_dir, execute)
                 transport.pull(remote_out, out_dir)
-        return programs.judge(bundle, out_dir, runs, set(device.backends))
+        return programs.judge(bundle, out_dir, runs, has)
 
-    def _runner(self, transport, device: Device, remote: str) -> list[str]:
+    def _runner(self, transport, device: Device, remote: str, build: BuildResult) -> tuple[list[str], set[str]]:
+        """The command that runs a method on the device, and the backends it has."""
         if device.runner == "pybind":
             transport.push(Path(pybind_runner.__file__), remote)
-            return [*device.runtime, f"{remote}/pybind_runner.py"]
+            return [*device.runtime, f"{remote}/pybind_runner.py"], set(device.backends)
         if device.runner == "rebuilt":
-            raise DeviceFault("protocol", "runner 'rebuilt': no executor_runner built for "
-                                          f"{device.soc_info.machine or device.soc} in this run", device.describe())
-        return [device.runner]
+            found = rebuilt_runner(build, device.soc_info.machine or transport.machine())
+            if found is None:
+                raise NoRunner(f"no executor_runner was rebuilt for {device.soc_info.machine or device.soc} in "
+                               "this run (no native change, or no recipe for that machine)")
+            runner, has = found
+            transport.push(runner, remote)
+            return [f"{remote}/{runner.name}"], has
+        return [device.runner], set(device.backends)
 
     def _test(self, run: SuiteRun, device: Device, outcome: programs.Outcome) -> TestResult:
         where = (f"on device {device.id} (SoC {device.soc}, {device.transport} {device.address}, "

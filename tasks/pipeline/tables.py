@@ -7,7 +7,7 @@ off); this module turns them into the frozen records the planner, builder and ta
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -96,6 +96,29 @@ class TargetSpec:
     native: bool = False  # runs the change's native build: planned only when a cmake recipe is
 
 
+class TargetTable(dict):
+    """name -> TargetSpec. Its keys are the default targets; a device target (targets.yaml's
+    `device_targets`) is there only when asked for by name: `ssh:lab-1` (one device of the
+    inventory) or `emulated-arm64` (a device class), resolved to its spec under that name."""
+
+    def __init__(self, targets: dict[str, TargetSpec], device_targets: dict[str, TargetSpec]):
+        super().__init__(targets)
+        self.device_targets = device_targets
+
+    def _template(self, name: str) -> TargetSpec | None:
+        base, sep, device = name.partition(":")
+        return self.device_targets.get(name) or (self.device_targets.get(base) if sep and device else None)
+
+    def __contains__(self, name) -> bool:
+        return super().__contains__(name) or (isinstance(name, str) and self._template(name) is not None)
+
+    def __missing__(self, name: str) -> TargetSpec:
+        template = self._template(name)
+        if template is None:
+            raise KeyError(name)
+        return replace(template, name=name)
+
+
 @dataclass(frozen=True)
 class Tables:
     backends: tuple[str, ...]
@@ -121,7 +144,9 @@ def load_tables(directory: Path | str | None = None) -> Tables:
         suites={name: Suite(name=name, **_written(suite)) for name, suite in suites.suites.items()},
         selection=Selection(**_written(suites.selection)) if suites.selection else Selection(),
         recipes={name: Recipe(name=name, **_written(recipe)) for name, recipe in recipes.recipes.items()},
-        targets={name: TargetSpec(name=name, **_written(target)) for name, target in targets.targets.items()},
+        targets=TargetTable({name: TargetSpec(name=name, **_written(target)) for name, target in targets.targets.items()},
+                            {name: TargetSpec(name=name, **_written(target))
+                             for name, target in (targets.device_targets or {}).items()}),
         source=str(root),
     )
 

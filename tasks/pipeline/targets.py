@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tasks.pipeline import suites as suite_runner
+from tasks.pipeline.device_target import DeviceTarget
 from tasks.pipeline.native_target import HostNativeTarget
 from tasks.pipeline.sandbox import run_logged, scrubbed_env
 from tasks.pipeline.suites import SuiteRun
@@ -152,7 +153,8 @@ class QnnSimTarget(HostTarget):
         return result
 
 
-KINDS = {"host": HostTarget, "qnn-sim": QnnSimTarget, "host-native": HostNativeTarget}
+KINDS = {"host": HostTarget, "qnn-sim": QnnSimTarget, "host-native": HostNativeTarget,
+         "ssh": DeviceTarget, "emulated": DeviceTarget}  # device targets: tasks/pipeline/device_target.py
 
 
 def make_target(spec: TargetSpec, tool_env: dict[str, str]):
