@@ -168,6 +168,27 @@ def test_new_ci_failure_is_blamed_and_labelled(web, workers, payloads):
     assert web.double.labels_on(REPO, PR) == ["triage: runtime"]
 
 
+def test_ignoring_a_new_ci_failure_takes_it_out_of_the_count_and_the_labels(web, workers, payloads):
+    """`/etriage ignore` on a CI log's failure, through the worker: the CI section is rendered
+    again from its stored report, as the bot's own section is (test_regression_e2e.py)."""
+    workers()
+    web.double.add_workflow_run(REPO, 104, web.head, [
+        {"id": 51, "name": "lint", "conclusion": "failure", "log": ci_log("lint_lintrunner.txt")}])
+    web.post("workflow_run", payloads.workflow_run(104, web.head))
+    web.double.wait_for(lambda: web.double.labels_on(REPO, PR), 60, "label")
+    store = web.store()
+    [failure] = [f for f in store.failures_for(REPO, web.head) if f["verdict"] == "new"]
+    text = f'/etriage ignore {failure["fingerprint"][:8]} --reason "rule changed upstream"'
+    web.double.set_permission(REPO, "maintainer", "write")
+    comment_id = web.double.add_user_comment(REPO, PR, "maintainer", text)
+    web.post("issue_comment", payloads.issue_comment(comment_id, "maintainer", text))
+    web.double.wait_for(lambda: not web.double.labels_on(REPO, PR), 60, "the label to go")
+    web.double.wait_for(lambda: not store.pending_reports(), 30, "the publish")
+    [comment] = bot_comments(web.double)
+    assert "## etriage: ✅ No new failures caused by this change · 1 ignored\n" in comment["body"]
+    assert "**ignored** · `lint` · job `lint`" in comment["body"] and "*rule changed upstream*" in comment["body"]
+
+
 def test_rerun_command_from_a_writer_reacts_and_enqueues(web, workers, payloads):
     workers()
     web.double.set_permission(REPO, "maintainer", "write")
