@@ -235,7 +235,8 @@ class DeviceTarget:
         where = (f"on device {device.id} (SoC {device.soc}, {device.transport} {device.address}, "
                  f"runner {device.runner})")
         failed = outcome.outcome == "failed"
+        message = f"{outcome.message} [{where}]" if failed else outcome.message
         return TestResult(suite=run.suite.name, test=outcome.program.test_id, target=self.name,
-                          outcome=outcome.outcome,
-                          message=(f"{outcome.message} [{where}]" if failed else outcome.message)[:500],
-                          text=f"{outcome.log}\n{where}" if failed else "", seconds=outcome.seconds)
+                          outcome=outcome.outcome, message=message[:500],
+                          # the primary line the engine picks names the device and SoC
+                          text=f"{message}\n{outcome.log}" if failed else "", seconds=outcome.seconds)

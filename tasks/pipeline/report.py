@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
+from tasks.pipeline.matrix import matrix
 from tasks.records import Report, Verdict
 from triage_rules.records import Failure, dump
 
@@ -140,6 +141,7 @@ def to_markdown(report: Report, *, section_title: str | None = None) -> str:
             lines += [f"{h} {title}", ""]
             lines += [f"- `{v.test}` ({v.target})" + (f": {v.primary_line.strip()[:160]}" if v.primary_line else "")
                       for v in by_verdict[verdict]] + [""]
+    lines += matrix(report, h)
     lines += _misses(plan, h)
     not_run = [s for s in report.suites if s.status == "not_run"]
     if not_run:

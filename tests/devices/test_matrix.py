@@ -1,0 +1,79 @@
+"""The test x target matrix: in the markdown report (the PR comment) from real records, and
+through the real `etriage triage` command line on a real regression with a real ssh device."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tasks.pipeline.report import to_markdown
+from tasks.records import BuildResult, Plan, Report, SuiteResult, TestResult, Verdict
+from tasks.sample_repo import build_sample_repo
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _report() -> Report:
+    plan = Plan(base="b" * 40, head="h" * 40, merge_base="m" * 40, changed_files=[], areas=["exir"],
+                backends=["portable"], suites=["probes"], targets=["host", "ssh:lab-1", "emulated-arm64"], recipes=[])
+    host = SuiteResult("probes", "host", "h" * 40, "ran", tests=[
+        TestResult("probes", "mutable_buffer::kv_cache_write_back", "host", "passed")])
+    ssh = SuiteResult("probes", "ssh:lab-1", "h" * 40, "ran", reason="on device lab-1 (SM8750)", tests=[
+        TestResult("probes", "mutable_buffer::kv_cache_steps_portable", "ssh:lab-1", "failed"),
+        TestResult("probes", "multi_method::two_methods_portable", "ssh:lab-1", "passed")])
+    emulated = SuiteResult("probes", "emulated-arm64", "h" * 40, "crashed", reason="device fault (refused); 3 attempt(s)")
+    verdicts = [Verdict(suite="probes", test="mutable_buffer::kv_cache_steps_portable", target="ssh:lab-1",
+                        base="passed", head="failed", verdict="new"),
+                Verdict(suite="probes", test="probes (suite crashed)", target="emulated-arm64", base="absent",
+                        head="error", verdict="environment")]
+    return Report(base=plan.base, head=plan.head, merge_base=plan.merge_base, plan=plan,
+                  build=BuildResult(status="ok", kind="overlay", commit=plan.head), results=verdicts,
+                  suites=[host, ssh, emulated], summary={"new": 1, "environment": 1})
+
+
+def test_matrix_rows_are_tests_columns_are_targets():
+    text = to_markdown(_report())
+    table = text[text.index("## Tests × targets"):].split("\n\n")[1].splitlines()
+    assert table[0] == "| test | host | ssh:lab-1<br><sub>lab-1 (SM8750)</sub> | emulated-arm64 |"
+    rows = {line.split(" | ")[0].strip("| `"): line.split(" | ")[1:] for line in table[2:]}
+    assert rows["mutable_buffer::kv_cache_steps_portable"] == ["·", "❌ new", "💥 crashed (🌩️ environment) |"]
+    assert rows["multi_method::two_methods_portable"][1] == "✅"
+    assert rows["mutable_buffer::kv_cache_write_back"] == ["✅", "·", "💥 crashed (🌩️ environment) |"]
+    assert table[2].startswith("| `mutable_buffer::kv_cache_steps_portable`")  # failures first
+
+
+def test_no_matrix_for_one_target():
+    report = _report()
+    report.suites = report.suites[:1]
+    assert "Tests × targets" not in to_markdown(report)
+
+
+@pytest.mark.slow
+def test_triage_on_host_and_an_ssh_device_through_the_command_line(sshd, tmp_path):
+    """A change that drops the KV cache's write-back: the device's mutable-buffer program fails
+    step by step, a new failure naming the device; the matrix shows test x target."""
+    repo = build_sample_repo(tmp_path / "executorch")
+    head = repo.branch("no-write-back", ROOT / "tasks/probes/regressions/mutable_buffer_no_write_back.patch")
+    device = sshd.device("loop-1", backends=("portable",))
+    inventory = tmp_path / "devices.yaml"
+    inventory.write_text(yaml.safe_dump({"devices": {"loop-1": device.model_dump(mode="json", exclude={"id"})}}))
+    out = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "etriage.cli", "triage", "--repo", str(repo.path), "--base", "main",
+                           "--head", head, "--suite", "probes", "--target", "host", "--target", "ssh:loop-1",
+                           "--devices", str(inventory), "--data-dir", str(tmp_path / "data"), "--format", "json",
+                           "--out", str(out)], capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(out.read_text())
+    device_new = [r for r in data["results"] if r["target"] == "ssh:loop-1" and r["verdict"] == "new"]
+    assert [r["test"] for r in device_new] == ["mutable_buffer::kv_cache_steps_portable"]
+    markdown = subprocess.run([sys.executable, "-m", "etriage.cli", "triage", "--repo", str(repo.path),
+                               "--base", "main", "--head", head, "--suite", "probes", "--target", "host",
+                               "--target", "ssh:loop-1", "--devices", str(inventory), "--data-dir",
+                               str(tmp_path / "data"), "--quiet"], capture_output=True, text=True, timeout=1800,
+                              cwd=ROOT).stdout
+    assert "| test | host | ssh:loop-1<br><sub>loop-1 (x86_64)</sub> |" in markdown
+    assert "on device loop-1 (SoC x86_64" in markdown
