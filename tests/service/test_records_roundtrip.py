@@ -17,6 +17,7 @@ from bot.store import Store
 from tasks import records
 from tasks.records import (BaseRun, BuildResult, ChangedFile, CiReport, Plan, Report, SelectedTest,
                            Suspect, SuiteResult, Verdict)
+from tasks.service import report_payload
 from tasks.summary import PublishPayload
 from triage_rules.records import Failure, Frame, dump, load
 
@@ -77,6 +78,24 @@ def test_older_stored_reports_still_load():
     data["gone"] = 1
     del data["failures"]
     assert load(BuildResult, data) == BuildResult(status="ok", kind="overlay", commit="c")
+
+
+def test_a_report_stored_before_verdicts_held_their_failure_still_renders():
+    """`/etriage ignore` after an upgrade renders the run's stored report again: its verdicts
+    have the old flat fields (skipped) and no Failure."""
+    plan = Plan(base="b", head="h", merge_base="m", changed_files=[], areas=[], backends=[], suites=["probes"],
+                targets=["host"], recipes=[])
+    stored = dump(Report(base="b", head="h", merge_base="m", plan=plan,
+                         build=BuildResult(status="ok", kind="overlay", commit="h"), results=[], suites=[],
+                         summary={"new": 1}))
+    stored["results"] = [{"suite": "probes", "test": "t::a", "target": "host", "base": "passed", "head": "failed",
+                          "verdict": "new", "category": "mutable_buffer", "primary_line": "boom",
+                          "fingerprint": "abc", "suspects": [{"path": "a.py", "symbol": "f", "score": 1.0}]}]
+    still_new = report_payload("h", Report.from_dict(stored))
+    assert still_new.check_conclusion == "failure" and still_new.annotations[0]["message"] == "t::a"
+    payload = report_payload("h", Report.from_dict(stored), ignored={"t::a": "known"})
+    assert payload.check_conclusion == "success" and payload.counts == {"ignored": 1}
+    assert "known" in payload.section
 
 
 @pytest.fixture(scope="module")
