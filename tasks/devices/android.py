@@ -17,14 +17,18 @@ ADSP_LIBRARY_PATH pointing there (`qnn_environment`).
 """
 from __future__ import annotations
 
+import contextlib
 import re
+import shlex
 import socket
 import struct
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tasks.devices.faults import DeviceFault
+from tasks.devices.ssh import Ran
 
 STATES = ("device", "offline", "unauthorized", "authorizing", "connecting", "no permissions", "recovery",
           "sideload", "bootloader", "rescue", "host", "unknown")
@@ -194,3 +198,79 @@ class AdbServer:
                     raise DeviceFault("protocol", f"adb: error: failed to pull '{remote}': {message}", serial)
         Path(local).parent.mkdir(parents=True, exist_ok=True)
         Path(local).write_bytes(b"".join(chunks))
+
+
+class AdbTransport:
+    """The transport interface of tasks/devices/ssh.py (workdir, push, run, pull, machine,
+    free_kib, check) over an adb server, for one phone. Connecting checks the phone's state."""
+
+    def __init__(self, device, server: AdbServer):
+        self.device, self.server, self.serial = device, server, device.address
+
+    def __enter__(self) -> "AdbTransport":
+        self.connect()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def connect(self) -> None:
+        fault = device_fault(self.serial, self.server.devices(), self.device.describe())
+        if fault is not None:
+            raise fault
+
+    def run(self, argv: list[str], *, timeout: float, cwd: str = "", env: dict[str, str] | None = None):
+        prefix = f"cd {shlex.quote(cwd)} && " if cwd else ""
+        assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
+        start = time.monotonic()
+        code, output = self.server.shell(self.serial, f"{prefix}{assignments + ' ' if assignments else ''}"
+                                                      f"timeout {max(1, int(timeout))} {shlex.join(argv)} 2>&1",
+                                         timeout=timeout + 15)
+        if code in (124, 137):
+            raise DeviceFault("timeout", f"killed at the time limit ({timeout:.0f} s): {shlex.join(argv)[:200]}",
+                              self.device.describe())
+        return Ran(code, output, round(time.monotonic() - start, 3))
+
+    def check(self, argv: list[str], *, timeout: float = 60) -> str:
+        ran = self.run(argv, timeout=timeout)
+        if ran.returncode != 0:
+            raise DeviceFault("protocol", f"{shlex.join(argv)} exited {ran.returncode}: {ran.output.strip()[-300:]}",
+                              self.device.describe())
+        return ran.output
+
+    def machine(self) -> str:
+        return self.check(["uname", "-m"]).strip()
+
+    def soc_model(self) -> str:
+        """What the phone says it carries (Android 12+: ro.soc.model, e.g. SM8750)."""
+        return self.check(["getprop", "ro.soc.model"]).strip()
+
+    def free_kib(self, path: str) -> int:
+        return int(self.check(["df", "-k", path]).strip().splitlines()[-1].split()[3])
+
+    @contextlib.contextmanager
+    def workdir(self):
+        path = f"{self.device.root.rstrip('/')}/etriage-{uuid.uuid4().hex[:12]}"
+        self.check(["mkdir", "-p", path])
+        try:
+            yield path
+        finally:
+            with contextlib.suppress(DeviceFault):
+                self.run(["rm", "-rf", path], timeout=60)
+
+    def push(self, local: Path, remote_dir: str) -> int:
+        local, sent = Path(local), 0
+        base = local.parent
+        for item in [local] if local.is_file() else [local, *sorted(local.rglob("*"))]:
+            target = f"{remote_dir}/{item.relative_to(base).as_posix()}"
+            if item.is_dir():
+                self.check(["mkdir", "-p", target])
+            else:
+                self.server.push(self.serial, item, target, item.stat().st_mode & 0o777)
+                sent += item.stat().st_size
+        return sent
+
+    def pull(self, remote: str, local: Path) -> None:
+        listing = self.check(["find", remote, "-type", "f"])
+        for path in filter(None, (line.strip() for line in listing.splitlines())):
+            self.server.pull(self.serial, path, Path(local) / path[len(remote):].lstrip("/"))

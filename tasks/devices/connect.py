@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tasks.devices.android import AdbServer, AdbTransport
 from tasks.devices.faults import DeviceFault
 from tasks.devices.inventory import Device
 from tasks.devices.ssh import SshOptions, SshTransport
@@ -36,8 +37,9 @@ def open_transport(device: Device, settings: DeviceSettings):
         transport = SshTransport(device, settings.ssh_options(device))
         transport.connect()
         return transport
-    raise DeviceFault("protocol", f"transport {device.transport} has no runner on this worker yet",
-                      device.describe())
+    transport = AdbTransport(device, AdbServer.at(device.adb_host))
+    transport.connect()
+    return transport
 
 
 def health_check(device: Device, settings: DeviceSettings) -> None:
@@ -48,7 +50,12 @@ def health_check(device: Device, settings: DeviceSettings) -> None:
 
 def check_open(transport, device: Device) -> None:
     expected = device.soc_info.machine
-    if expected:
+    if device.soc_info.htp_arch and hasattr(transport, "soc_model"):
+        reported = transport.soc_model()
+        if reported != device.soc:
+            raise DeviceFault("soc_mismatch", f"the phone reports ro.soc.model={reported or '(empty)'}, the "
+                                              f"inventory says {device.soc}", device.describe())
+    elif expected:
         machine = transport.machine()
         if machine != expected:
             raise DeviceFault("soc_mismatch", f"`uname -m` says {machine}, the inventory's {device.soc} "

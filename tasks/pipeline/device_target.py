@@ -24,6 +24,7 @@ from pathlib import Path
 import redis
 
 from tasks.devices import pybind_runner
+from tasks.devices.android import qnn_environment
 from tasks.devices.connect import DeviceSettings, check_open, health_check, open_transport
 from tasks.devices.faults import DeviceFault
 from tasks.devices.inventory import Device, InventoryError, load_inventory
@@ -201,6 +202,8 @@ class DeviceTarget:
                 transport.push(bundle, remote)
                 runner, has = self._runner(transport, device, remote, build)
                 remote_out = f"{remote}/out"
+                # a phone's runner finds the QNN libraries pushed beside it (ExecuTorch's SimpleADB)
+                env = qnn_environment(remote) if device.transport == "android" else None
                 transport.check(["mkdir", "-p", remote_out])
 
                 def execute(argv: list[str], log_path: Path):
@@ -208,7 +211,7 @@ class DeviceTarget:
                     script = Path(argv[1])
                     transport.push(script, remote)
                     ran = transport.run(["sh", f"{remote}/{script.name}", f"{remote}/{bundle.name}", remote_out,
-                                         *argv[4:]], timeout=METHOD_TIMEOUT, cwd=remote)
+                                         *argv[4:]], timeout=METHOD_TIMEOUT, cwd=remote, env=env)
                     log_path.write_text(ran.output)
                     return ran.returncode, ran.seconds, ran.output
 

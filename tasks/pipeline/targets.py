@@ -154,7 +154,7 @@ class QnnSimTarget(HostTarget):
 
 
 KINDS = {"host": HostTarget, "qnn-sim": QnnSimTarget, "host-native": HostNativeTarget,
-         "ssh": DeviceTarget, "emulated": DeviceTarget}  # device targets: tasks/pipeline/device_target.py
+         "ssh": DeviceTarget, "emulated": DeviceTarget, "android": DeviceTarget}  # device targets: tasks/pipeline/device_target.py
 
 
 def make_target(spec: TargetSpec, tool_env: dict[str, str]):

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tasks.devices.android import AdbServer
+from tasks.devices.faults import DeviceFault
 from tasks.devices.inventory import Device
 from tasks.devices.ssh import SshOptions
 
@@ -177,3 +179,27 @@ def small_disk(sshd):
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.fixture
+def adb_server():
+    adb = shutil.which("adb")
+    if not adb:
+        pytest.skip("adb not installed (scripts/system-deps.sh installs it)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([adb, "-P", str(port), "nodaemon", "server"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    server = AdbServer("127.0.0.1", port)
+    for _ in range(200):
+        try:
+            server.devices()
+            break
+        except DeviceFault:
+            if proc.poll() is not None:
+                pytest.skip("the adb server did not start here")
+            time.sleep(0.05)
+    yield adb, port, server
+    proc.terminate()
+    proc.wait(timeout=10)

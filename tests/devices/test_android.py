@@ -83,30 +83,6 @@ def test_no_adb_server_is_connection_refused():
     assert caught.value.kind == "refused" and "adb server not running" in str(caught.value)
 
 
-@pytest.fixture
-def adb_server():
-    adb = shutil.which("adb")
-    if not adb:
-        pytest.skip("adb not installed (scripts/system-deps.sh installs it)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([adb, "-P", str(port), "nodaemon", "server"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    server = AdbServer("127.0.0.1", port)
-    for _ in range(200):
-        try:
-            server.devices()
-            break
-        except DeviceFault:
-            if proc.poll() is not None:
-                pytest.skip("the adb server did not start here")
-            threading.Event().wait(0.05)
-    yield adb, port, server
-    proc.terminate()
-    proc.wait(timeout=10)
-
-
 def test_the_real_adb_server(adb_server):
     """Debian's adb server: its device list over the protocol is what `adb devices -l` prints,
     and asking for a serial it does not have is `missing`, in adb's own words."""

@@ -135,3 +135,21 @@ def test_not_run_says_why(inventory, name, reason, tmp_path):
                                      backends=("portable",), suite_kinds=("probes",)), {}, inventory=inventory)
     result = target.run(_run(tmp_path, target=name))
     assert (result.status, result.reason) == ("not_run", reason)
+
+
+def test_a_phone_the_adb_server_does_not_have_is_missing(adb_server, exported, tmp_path):
+    """android:<device> through Debian's real adb server, which has no phone here: the device's
+    fault (missing), retried, then device_infra; nothing of the change is blamed."""
+    _, port, _ = adb_server
+    phone = Device(id="phone-1", transport="android", address="R5CT1234ABC", soc="SM8750",
+                   adb_host=f"127.0.0.1:{port}", runner="/data/local/tmp/executor_runner")
+    run = _run(tmp_path, target="android:phone-1")
+    target = DeviceTarget(TargetSpec(name="android:phone-1", kind="android", backends=("portable",),
+                                     suite_kinds=("probes",)), {}, inventory={"phone-1": phone})
+    target.bundles[(run.build.commit, run.build.overlay_dir, ("portable",))] = exported
+    result = target.run(run)
+    assert result.status == "crashed" and result.reason == "device fault (missing); 3 attempt(s)"
+    assert "device 'R5CT1234ABC' not found" in result.log_excerpt and "phone-1 (SM8750)" in result.log_excerpt
+    head = compare.index([result])
+    [verdict] = compare.decide({}, head, compare.classify_failing(head, classify_text), {})
+    assert (verdict.verdict, verdict.category) == ("environment", "device_infra")

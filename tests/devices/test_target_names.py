@@ -15,6 +15,7 @@ def test_device_targets_only_by_name():
     spec = targets["ssh:lab-1"]
     assert (spec.name, spec.kind, spec.suite_kinds, spec.queue) == ("ssh:lab-1", "ssh", ("probes",), "device")
     assert targets["emulated-arm64"].queue == "device.emulated-arm64"
+    assert targets["android:phone-1"].kind == "android"
     assert isinstance(make_target(spec, {}), DeviceTarget)
 
 
