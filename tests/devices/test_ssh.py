@@ -2,11 +2,13 @@
 push, run, pull, clean up; and each fault made for real and named as the device's."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import pytest
 
+from tasks.devices.connect import DeviceSettings, health_check
 from tasks.devices.faults import DeviceFault
 from tasks.devices.ssh import SshTransport
 
@@ -96,3 +98,13 @@ def test_disk_full_on_push(sshd, small_disk, tmp_path):
                 ssh.push(big, work)
     assert caught.value.kind == "disk_full"
     assert "No space left on device" in str(caught.value)
+
+
+def test_health_check_wants_the_inventorys_soc_and_free_space(sshd, small_disk):
+    health_check(sshd.device(), DeviceSettings())  # x86_64 loopback, enough room: no fault
+    with pytest.raises(DeviceFault) as caught:
+        health_check(sshd.device(soc="arm64" if os.uname().machine != "aarch64" else "x86_64"), DeviceSettings())
+    assert caught.value.kind == "soc_mismatch" and f"uname -m` says {os.uname().machine}" in str(caught.value)
+    with pytest.raises(DeviceFault) as caught:
+        health_check(sshd.device(work_root=str(small_disk), min_free_mb=1), DeviceSettings())
+    assert caught.value.kind == "disk_full" and "KiB free" in str(caught.value)
