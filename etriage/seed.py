@@ -227,6 +227,13 @@ def seed(history: History, *, runs: int = 300, results: int = 6000, days: int = 
         ids = bulk.runs(conn, run_rows)
         bulk.rows(conn, "test_results", [dict(r, run_id=i) for i, rs in zip(ids, result_rows) for r in rs])
         bulk.rows(conn, "failure_events", [dict(f, run_id=i) for i, fs in zip(ids, failure_rows) for f in fs])
+    latest = {}  # (repo, pr) -> the newest head: the store's pull request rows (open or closed)
+    for row in run_rows:
+        if row["pr"]:
+            latest[(row["repo"], row["pr"])] = row["head_sha"]
+    for n, ((repo, pr), head) in enumerate(sorted(latest.items())):
+        history.store.record_pull(repo, pr, head, base_ref="main", base_sha=head[::-1], installation_id=1,
+                                  state="closed" if n % 9 == 4 else "open")
     clustered = history.recluster()
     rebuild_stats(history)
     for n in range(devices):

@@ -123,3 +123,13 @@ def test_bad_input_gets_a_clear_error_page(client, url, status):
     answer = client.get(url)
     assert answer.status_code == status
     assert answer.mimetype == "text/html" and f"<h1>{status} " in answer.get_data(as_text=True)
+
+
+def test_closed_pull_requests_are_not_open_ones(client, seeded_sqlite):
+    pulls = seeded_sqlite.store.t["pull_requests"]
+    with seeded_sqlite.engine.connect() as conn:
+        closed = {(r.repo, r.pr) for r in conn.execute(select(pulls.c.repo, pulls.c.pr).where(pulls.c.state == "closed"))}
+    listed = client.get("/api/overview?days=90").get_json()["open_prs_with_new_failures"]
+    assert closed and listed
+    assert not closed & {(p["repo"], p["pr"]) for p in listed}
+    assert all(p["counts"]["new"] > 0 for p in listed)
