@@ -3,7 +3,8 @@
 Workers are separate processes and gunicorn runs several web workers, so in-process counters
 would each see a slice. Instead a custom collector asks, per scrape:
 - Redis: each queue's depth and oldest task age, and webhook deliveries by event and outcome
-  (counted in a Redis hash by an after-request hook on POST /webhook, in whichever web process);
+  (counted in a Redis hash by an after-request hook on POST /webhook, in whichever web process;
+  a 503, Redis being down, is not counted);
 - the database: task durations per stage (a histogram over every recorded run), verdicts by
   category and runs by status.
 """
@@ -37,14 +38,13 @@ def outcome_of(status: int) -> str:
         return "accepted"
     if status == 401:
         return "bad_signature"
-    if status == 503:
-        return "unavailable"
     return "rejected" if status < 500 else "error"
 
 
 @blueprint.after_app_request
 def _count_delivery(response):
-    if request.method == "POST" and request.path == "/webhook":
+    # A 503 means Redis is down: counting there would only add its timeout to the answer.
+    if request.method == "POST" and request.path == "/webhook" and response.status_code != 503:
         event = (request.headers.get("X-GitHub-Event") or "unknown")[:40]
         try:
             state().redis.hincrby(DELIVERIES, f"{event}|{outcome_of(response.status_code)}", 1)
