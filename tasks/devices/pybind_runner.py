@@ -32,12 +32,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     import torch  # deferred: argument errors answer without loading torch
-    from executorch.runtime import Runtime
+    # The bindings' own module, not executorch.runtime: that one imports executorch.exir too
+    # (about 4 s more per method on these machines), which a runner never needs.
+    from executorch.extension.pybindings import _portable_lib
 
-    program = Runtime.get().load_program(args.model_path)
-    name = args.method_name or sorted(program.method_names)[0]
+    program = _portable_lib._load_program(args.model_path)
+    name = args.method_name or program.get_method_name(0)
     method = program.load_method(name)
-    meta = method.metadata
+    meta = method.method_meta()
     paths = [p for p in args.inputs.split(",") if p]
     if paths and len(paths) != meta.num_inputs():
         print(f"pybind_runner: {len(paths)} input file(s) for {meta.num_inputs()} inputs of {name}", flush=True)
@@ -53,7 +55,7 @@ def main(argv=None) -> int:
                 raise ValueError(f"input {i} ({path}): {len(data)} bytes, the method expects {info.nbytes()}")
             dtype = getattr(torch, SCALAR_TYPES[info.dtype()])
             inputs.append(torch.frombuffer(data, dtype=dtype).reshape(tuple(info.sizes())).clone())
-        outputs = method.execute(inputs)
+        outputs = method.call(inputs)
         for i, out in enumerate(outputs):
             if args.output_file and isinstance(out, torch.Tensor):
                 with open(f"{args.output_file}-{i}.bin", "wb") as handle:

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from tasks.pipeline.report import to_markdown
-from tasks.records import BuildResult, Plan, Report, SuiteResult, TestResult, Verdict
+from tasks.records import BuildResult, Plan, Report, SuiteResult, Verdict
+from tasks.records import TestResult as Outcome  # not Test*: pytest would try to collect it
 from tasks.sample_repo import build_sample_repo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,10 +22,10 @@ def _report() -> Report:
     plan = Plan(base="b" * 40, head="h" * 40, merge_base="m" * 40, changed_files=[], areas=["exir"],
                 backends=["portable"], suites=["probes"], targets=["host", "ssh:lab-1", "emulated-arm64"], recipes=[])
     host = SuiteResult("probes", "host", "h" * 40, "ran", tests=[
-        TestResult("probes", "mutable_buffer::kv_cache_write_back", "host", "passed")])
+        Outcome("probes", "mutable_buffer::kv_cache_write_back", "host", "passed")])
     ssh = SuiteResult("probes", "ssh:lab-1", "h" * 40, "ran", reason="on device lab-1 (SM8750)", tests=[
-        TestResult("probes", "mutable_buffer::kv_cache_steps_portable", "ssh:lab-1", "failed"),
-        TestResult("probes", "multi_method::two_methods_portable", "ssh:lab-1", "passed")])
+        Outcome("probes", "mutable_buffer::kv_cache_steps_portable", "ssh:lab-1", "failed"),
+        Outcome("probes", "multi_method::two_methods_portable", "ssh:lab-1", "passed")])
     emulated = SuiteResult("probes", "emulated-arm64", "h" * 40, "crashed", reason="device fault (refused); 3 attempt(s)")
     verdicts = [Verdict(suite="probes", test="mutable_buffer::kv_cache_steps_portable", target="ssh:lab-1",
                         base="passed", head="failed", verdict="new"),
