@@ -153,3 +153,16 @@ def test_a_phone_the_adb_server_does_not_have_is_missing(adb_server, exported, t
     head = compare.index([result])
     [verdict] = compare.decide({}, head, compare.classify_failing(head, classify_text), {})
     assert (verdict.verdict, verdict.category) == ("environment", "device_infra")
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("devices:\n  x: {transport: ssh, address: a@b, soc: SM9999}\n", "devices.x: soc: Value error, unknown SoC 'SM9999'"),
+    (None, "device inventory not found"),
+])
+def test_a_bad_inventory_file_is_a_clear_not_run(text, reason, tmp_path):
+    path = tmp_path / "lab.yaml"
+    if text is not None:
+        path.write_text(text)
+    target = DeviceTarget(SPEC, {"ETRIAGE_DEVICES": str(path)})
+    result = target.run(_run(tmp_path))
+    assert result.status == "not_run" and reason in result.reason and str(path) in result.reason
