@@ -140,3 +140,37 @@ def test_the_summary_says_what_was_compiled_and_what_came_from_the_cache():
                                compiled=["kernels/portable/cpu/op_add.cpp"], from_ccache=["x.cpp", "y.cpp"])
     assert built.summary() == ("portable (host) at aaaaaaaaaaaa: ok (checkout 0.1 s, build 3.2 s, compiler cache "
                                "2/3 hits; compiled kernels/portable/cpu/op_add.cpp)")
+
+
+def test_submodules_come_from_the_clones_own_checkout(tmp_path):
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    git(lib, "init", "-q", "-b", "main")
+    (lib / "lib.h").write_text("v1\n")
+    git(lib, "add", "-A")
+    git(lib, "commit", "-q", "-m", "v1")
+    v1 = git(lib, "rev-parse", "HEAD")
+    (lib / "lib.h").write_text("v2\n")
+    git(lib, "commit", "-q", "-a", "-m", "v2")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "a.cpp").write_text("int a;\n")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "third-party/lib")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "with lib at v2")
+    at_v2 = git(repo, "rev-parse", "HEAD")
+    git(repo / "third-party/lib", "checkout", "-q", v1)
+    git(repo, "add", "third-party/lib")
+    git(repo, "commit", "-q", "-m", "lib back to v1")
+    at_v1 = git(repo, "rev-parse", "HEAD")
+
+    src, state = tmp_path / "src" / "executorch", tmp_path / "src.json"
+    assert native.sync_checkout(repo, at_v2, src, state) == "exported"
+    assert (src / "third-party/lib/lib.h").read_text() == "v2\n" and (src / "a.cpp").is_file()
+    assert native.sync_checkout(repo, at_v1, src, state).endswith("1 submodule(s) moved")
+    assert (src / "third-party/lib/lib.h").read_text() == "v1\n"
+    # the submodule's commit is part of the build key
+    recipe = load_tables().recipes["portable"]
+    assert native.build_key(repo, recipe, native.TOOLCHAINS["host"], at_v2) != \
+        native.build_key(repo, recipe, native.TOOLCHAINS["host"], at_v1)
