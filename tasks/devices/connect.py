@@ -18,13 +18,15 @@ class DeviceSettings:
     key: str = ""  # ETRIAGE_DEVICE_KEY: ssh private key
     known_hosts: str = ""  # ETRIAGE_DEVICE_KNOWN_HOSTS
     redis_url: str = ""  # leases; "" runs without the pool (one user: the command line)
+    broker_url: str = ""  # the device queues' broker: set where the devices hang off other hosts
     connect_timeout: float = 10.0
 
     @classmethod
     def from_env(cls, environ) -> "DeviceSettings":
         return cls(inventory=environ.get("ETRIAGE_DEVICES", ""), key=environ.get("ETRIAGE_DEVICE_KEY", ""),
                    known_hosts=environ.get("ETRIAGE_DEVICE_KNOWN_HOSTS", ""),
-                   redis_url=environ.get("ETRIAGE_DEVICE_REDIS_URL", "") or environ.get("REDIS_URL", ""))
+                   redis_url=environ.get("ETRIAGE_DEVICE_REDIS_URL", "") or environ.get("REDIS_URL", ""),
+                   broker_url=environ.get("ETRIAGE_DEVICE_BROKER_URL", ""))
 
     def ssh_options(self, device: Device) -> SshOptions:
         return SshOptions(identity=device.identity or self.key, known_hosts=device.known_hosts or self.known_hosts,

@@ -98,8 +98,8 @@ class Pool:
     # --- leasing ------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def lease(self, device_class: str, job: str, *, wait: float = 3600.0, on_wait=None):
-        lease = self.acquire(device_class, job, wait=wait, on_wait=on_wait)
+    def lease(self, device_class: str, job: str, *, wait: float = 3600.0, on_wait=None, only=None):
+        lease = self.acquire(device_class, job, wait=wait, on_wait=on_wait, only=only)
         stop = threading.Event()
         beat = threading.Thread(target=self._heartbeat, args=(lease, stop), daemon=True,
                                 name=f"lease-{lease.device.id}")
@@ -111,11 +111,13 @@ class Pool:
             beat.join()
             self.release(lease)
 
-    def acquire(self, device_class: str, job: str, *, wait: float = 3600.0, on_wait=None) -> Lease:
-        """Take the next free, healthy device of the class, in ticket order; NoDevice after `wait`."""
-        candidates = self.devices_of(device_class)
+    def acquire(self, device_class: str, job: str, *, wait: float = 3600.0, on_wait=None, only=None) -> Lease:
+        """Take the next free, healthy device of the class, in ticket order; NoDevice after `wait`.
+        `only`: these device ids (a job that named its device waits in the class's queue too)."""
+        candidates = [d for d in self.devices_of(device_class) if not only or d.id in only]
         if not candidates:
-            raise NoDevice(f"no enabled device of class {device_class} in the inventory")
+            raise NoDevice(f"no enabled device of class {device_class} in the inventory"
+                           + (f" among {', '.join(sorted(only))}" if only else ""))
         queue = self._key("queue", device_class)
         ticket = self.redis.incr(self._key("ticket", device_class))
         waiter = self._key("waiter", str(ticket))

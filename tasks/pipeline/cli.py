@@ -14,7 +14,8 @@ from tasks.pipeline.tables import TableError
 QUIET_ENV = ("QNN_SDK_ROOT", "ANDROID_NDK_ROOT")
 # Device targets' settings (tasks/devices/connect.DeviceSettings): read by the target, never
 # passed into a sandboxed run (sandbox.PASS_THROUGH does not list them).
-DEVICE_ENV = ("ETRIAGE_DEVICES", "ETRIAGE_DEVICE_KEY", "ETRIAGE_DEVICE_KNOWN_HOSTS", "ETRIAGE_DEVICE_REDIS_URL")
+DEVICE_ENV = ("ETRIAGE_DEVICES", "ETRIAGE_DEVICE_KEY", "ETRIAGE_DEVICE_KNOWN_HOSTS", "ETRIAGE_DEVICE_REDIS_URL",
+              "ETRIAGE_DEVICE_BROKER_URL")
 
 
 def add_arguments(parser) -> None:

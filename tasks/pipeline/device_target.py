@@ -15,6 +15,7 @@ line (`device_infra`, the environment's) and never as the change's.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
 import shutil
@@ -22,6 +23,9 @@ import time
 from pathlib import Path
 
 import redis
+from celery.exceptions import TimeoutError as CeleryTimeout
+from kombu.exceptions import OperationalError
+from redis.exceptions import RedisError
 
 from tasks.devices import pybind_runner
 from tasks.devices.android import qnn_environment
@@ -29,6 +33,7 @@ from tasks.devices.connect import DeviceSettings, check_open, health_check, open
 from tasks.devices.faults import DeviceFault
 from tasks.devices.inventory import Device, InventoryError, load_inventory
 from tasks.devices.pool import NoDevice, Pool
+from tasks.devices.queue import RUN_BUNDLE, make_client, pack, queue_for
 from tasks.pipeline import programs
 from tasks.pipeline import suites as suite_runner
 from tasks.pipeline.sandbox import TASKS_DIR, run_logged, scrubbed_env
@@ -178,61 +183,44 @@ class DeviceTarget:
         shutil.rmtree(out_dir, ignore_errors=True)
         out_dir.mkdir(parents=True)
         job = f"{run.build.commit[:12]}/{run.suite.name}/{run.phase}{run.attempt}"
+        if self.settings.broker_url:  # the devices hang off another host: its queue runs them
+            return self._dispatch(run, bundle, devices, job)
         if self.pool is None and self.settings.redis_url:
             self.pool = Pool(redis.Redis.from_url(self.settings.redis_url), self.inventory(),
                              health=lambda d: health_check(d, self.settings))
-        if self.pool is not None:
-            device_class = devices[0].device_class
-            with self.pool.lease(device_class, job) as lease:
-                try:
-                    outcomes = self._run_on(lease.device, bundle, out_dir, run.build)
-                except DeviceFault as fault:
-                    self.pool.record(lease.device.id, fault)
-                    raise
-                self.pool.record(lease.device.id, None)
-                return lease.device, outcomes
-        device = devices[0]  # no pool: this worker alone uses its devices (in turn after a fault)
-        return device, self._run_on(device, bundle, out_dir, run.build, check=True)
+        return run_on_devices(bundle, out_dir, devices, self.pool, self.settings, run.build, job)
 
-    def _run_on(self, device: Device, bundle: Path, out_dir: Path, build: BuildResult, check: bool = False):
-        with open_transport(device, self.settings) as transport:
-            if check:
-                check_open(transport, device)
-            with transport.workdir() as remote:
-                transport.push(bundle, remote)
-                runner, has = self._runner(transport, device, remote, build)
-                remote_out = f"{remote}/out"
-                # a phone's runner finds the QNN libraries pushed beside it (ExecuTorch's SimpleADB)
-                env = qnn_environment(remote) if device.transport == "android" else None
-                transport.check(["mkdir", "-p", remote_out])
-
-                def execute(argv: list[str], log_path: Path):
-                    # argv: sh SCRIPT BUNDLE OUT RUNNER...; the same script, run on the device
-                    script = Path(argv[1])
-                    transport.push(script, remote)
-                    ran = transport.run(["sh", f"{remote}/{script.name}", f"{remote}/{bundle.name}", remote_out,
-                                         *argv[4:]], timeout=METHOD_TIMEOUT, cwd=remote, env=env)
-                    log_path.write_text(ran.output)
-                    return ran.returncode, ran.seconds, ran.output
-
-                runs = programs.run_bundle(bundle, runner, out_dir, execute)
-                transport.pull(remote_out, out_dir)
-        return programs.judge(bundle, out_dir, runs, has)
-
-    def _runner(self, transport, device: Device, remote: str, build: BuildResult) -> tuple[list[str], set[str]]:
-        """The command that runs a method on the device, and the backends it has."""
-        if device.runner == "pybind":
-            transport.push(Path(pybind_runner.__file__), remote)
-            return [*device.runtime, f"{remote}/pybind_runner.py"], set(device.backends)
-        if device.runner == "rebuilt":
-            found = rebuilt_runner(build, device.soc_info.machine or transport.machine())
-            if found is None:
-                raise NoRunner(f"no executor_runner was rebuilt for {device.soc_info.machine or device.soc} in "
-                               "this run (no native change, or no recipe for that machine)")
-            runner, has = found
-            transport.push(runner, remote)
-            return [f"{remote}/{runner.name}"], has
-        return [device.runner], set(device.backends)
+    def _dispatch(self, run: SuiteRun, bundle: Path, devices: list[Device], job: str):
+        """Send the bundle to the device class's queue; the device host's worker leases, runs and
+        judges; its answer comes back as outcomes (or the device's fault)."""
+        queue = queue_for(devices[0].device_class)
+        client = make_client(self.settings.broker_url, "etriage-device-client")
+        sent = None
+        try:
+            sent = client.send_task(RUN_BUNDLE, args=[self.name, [d.id for d in devices], job, pack(bundle)],
+                                    queue=queue)
+            answer = sent.get(timeout=run.timeout, propagate=True)
+            sent.forget()
+        except CeleryTimeout:
+            sent.revoke()
+            raise DeviceFault("timeout", f"no answer from a worker of queue {queue} within {run.timeout:.0f} s "
+                                         "(is a device host's worker running?)", self.name) from None
+        except (OperationalError, RedisError) as error:
+            raise DeviceFault("unreachable", f"the device queues' broker: {error}", self.name) from None
+        finally:
+            if sent is not None:  # the backend keeps pending results: let go of this one now,
+                with contextlib.suppress(OperationalError, RedisError):  # not in __del__ at exit
+                    sent.backend.remove_pending_result(sent)
+                sent.backend = None
+            client.close()
+        if "fault" in answer:
+            fault = answer["fault"]
+            raise DeviceFault(fault["kind"], fault["detail"], fault["device"])
+        device = Device(**answer["device"])
+        programs_by_id = {p.test_id: p for p in programs.read_manifest(bundle)}
+        outcomes = [programs.Outcome(programs_by_id[o["test"]], o["outcome"], o["message"], o["log"], o["seconds"])
+                    for o in answer["outcomes"]]
+        return device, outcomes
 
     def _test(self, run: SuiteRun, device: Device, outcome: programs.Outcome) -> TestResult:
         where = (f"on device {device.id} (SoC {device.soc}, {device.transport} {device.address}, "
@@ -243,3 +231,65 @@ class DeviceTarget:
                           outcome=outcome.outcome, message=message[:500],
                           # the primary line the engine picks names the device and SoC
                           text=f"{message}\n{outcome.log}" if failed else "", seconds=outcome.seconds)
+
+
+def run_on_devices(bundle: Path, out_dir: Path, devices: list[Device], pool: Pool | None, settings: DeviceSettings,
+                   build: BuildResult | None, job: str) -> tuple[Device, list[programs.Outcome]]:
+    """One attempt: a leased device (or, with no pool, the first one), the bundle run there and
+    judged. Raises DeviceFault (recorded with the pool) or NoRunner."""
+    if pool is not None:
+        with pool.lease(devices[0].device_class, job, only={d.id for d in devices}) as lease:
+            try:
+                outcomes = run_on(lease.device, bundle, out_dir, settings, build)
+            except DeviceFault as fault:
+                pool.record(lease.device.id, fault)
+                raise
+            pool.record(lease.device.id, None)
+            return lease.device, outcomes
+    device = devices[0]  # no pool: this worker alone uses its devices (in turn after a fault)
+    return device, run_on(device, bundle, out_dir, settings, build, check=True)
+
+
+def run_on(device: Device, bundle: Path, out_dir: Path, settings: DeviceSettings, build: BuildResult | None,
+           check: bool = False) -> list[programs.Outcome]:
+    """Push the bundle and the runner into a fresh work dir on the device, run every method
+    with programs.run_bundle's scripts, pull the outputs, judge them against eager."""
+    with open_transport(device, settings) as transport:
+        if check:
+            check_open(transport, device)
+        with transport.workdir() as remote:
+            transport.push(bundle, remote)
+            runner, has = _runner(transport, device, remote, build)
+            remote_out = f"{remote}/out"
+            # a phone's runner finds the QNN libraries pushed beside it (ExecuTorch's SimpleADB)
+            env = qnn_environment(remote) if device.transport == "android" else None
+            transport.check(["mkdir", "-p", remote_out])
+
+            def execute(argv: list[str], log_path: Path):
+                # argv: sh SCRIPT BUNDLE OUT RUNNER...; the same script, run on the device
+                script = Path(argv[1])
+                transport.push(script, remote)
+                ran = transport.run(["sh", f"{remote}/{script.name}", f"{remote}/{bundle.name}", remote_out,
+                                     *argv[4:]], timeout=METHOD_TIMEOUT, cwd=remote, env=env)
+                log_path.write_text(ran.output)
+                return ran.returncode, ran.seconds, ran.output
+
+            runs = programs.run_bundle(bundle, runner, out_dir, execute)
+            transport.pull(remote_out, out_dir)
+    return programs.judge(bundle, out_dir, runs, has)
+
+
+def _runner(transport, device: Device, remote: str, build: BuildResult | None) -> tuple[list[str], set[str]]:
+    """The command that runs a method on the device, and the backends it has."""
+    if device.runner == "pybind":
+        transport.push(Path(pybind_runner.__file__), remote)
+        return [*device.runtime, f"{remote}/pybind_runner.py"], set(device.backends)
+    if device.runner == "rebuilt":
+        found = rebuilt_runner(build, device.soc_info.machine or transport.machine()) if build else None
+        if found is None:
+            raise NoRunner(f"no executor_runner was rebuilt for {device.soc_info.machine or device.soc} in "
+                           "this run (no native change, or no recipe for that machine)")
+        runner, has = found
+        transport.push(runner, remote)
+        return [f"{remote}/{runner.name}"], has
+    return [device.runner], set(device.backends)

@@ -3,13 +3,17 @@ sandbox, run with the real ExecuTorch runtime on a real (loopback) SSH device, c
 eager on the host; and the device's faults reported as the device's."""
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import redis
+import yaml
 
 from tasks.devices.inventory import Device
 from tasks.devices.pool import Pool
@@ -22,6 +26,7 @@ from tasks.pipeline.tables import Suite, TargetSpec
 from tasks.records import BuildResult
 from triage_rules import classify_text
 
+ROOT = Path(__file__).resolve().parents[2]
 SPEC = TargetSpec(name="ssh:loop-1", kind="ssh", backends=("portable", "xnnpack"), suite_kinds=("probes",))
 PROBES = Suite(name="probes", kind="probes", backends=("portable", "xnnpack"))
 
@@ -166,3 +171,49 @@ def test_a_bad_inventory_file_is_a_clear_not_run(text, reason, tmp_path):
     target = DeviceTarget(SPEC, {"ETRIAGE_DEVICES": str(path)})
     result = target.run(_run(tmp_path))
     assert result.status == "not_run" and reason in result.reason and str(path) in result.reason
+
+
+@pytest.fixture
+def device_worker(sshd, redis_url, tmp_path):
+    """A device host's real Celery worker (tasks/devices/worker.py) on the loopback device's
+    class queue, with its own inventory file, on the session's real Redis."""
+    device = sshd.device("loop-1", backends=("portable",))
+    inventory = tmp_path / "lab.yaml"
+    inventory.write_text(yaml.safe_dump({"devices": {"loop-1": device.model_dump(mode="json", exclude={"id"})}}))
+    env = dict(os.environ, ETRIAGE_DEVICES=str(inventory), ETRIAGE_DEVICE_BROKER_URL=redis_url,
+               ETRIAGE_DEVICE_REDIS_URL=redis_url)
+    proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "tasks.devices.worker", "worker", "-Q",
+                             device.queue, "-P", "solo", "--without-gossip", "--without-mingle",
+                             "--without-heartbeat", "-n", f"device-test-{os.getpid()}@%h", "--loglevel", "WARNING"],
+                            env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "worker.log", "wb"))
+    yield device, inventory
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def test_the_device_class_queue_runs_the_bundle_on_the_device_host(device_worker, exported, redis_url, tmp_path):
+    """The triage side has the inventory but not the devices: the bundle goes to queue
+    device.x86_64, the device host's worker leases loop-1, runs and judges, answers."""
+    device, inventory = device_worker
+    run = _run(tmp_path)
+    target = DeviceTarget(SPEC, {"ETRIAGE_DEVICES": str(inventory), "ETRIAGE_DEVICE_BROKER_URL": redis_url})
+    target.bundles[(run.build.commit, run.build.overlay_dir, ("portable",))] = exported
+    result = target.run(run)
+    assert result.status == "ran", result.reason + result.log_excerpt
+    assert result.reason == "on device loop-1 (x86_64)"
+    assert {t.test: t.outcome for t in result.tests} == {
+        "multi_method::two_methods_portable": "passed", "mutable_buffer::kv_cache_steps_portable": "passed"}
+    assert Pool(redis.Redis.from_url(redis_url), {device.id: device}).holder("loop-1") is None  # lease returned
+
+
+def test_no_worker_on_the_class_queue_is_the_devices_fault(sshd, exported, redis_url, tmp_path):
+    device = sshd.device("arm-1", soc="arm64", backends=("portable",))  # no worker serves device.arm64
+    inventory = tmp_path / "lab.yaml"
+    inventory.write_text(yaml.safe_dump({"devices": {"arm-1": device.model_dump(mode="json", exclude={"id"})}}))
+    run = replace(_run(tmp_path, target="ssh:arm-1"), timeout=2)
+    target = DeviceTarget(TargetSpec(name="ssh:arm-1", kind="ssh", backends=("portable",), suite_kinds=("probes",)),
+                          {"ETRIAGE_DEVICES": str(inventory), "ETRIAGE_DEVICE_BROKER_URL": redis_url})
+    target.bundles[(run.build.commit, run.build.overlay_dir, ("portable",))] = exported
+    result = target.run(run)
+    assert result.status == "crashed" and result.reason == "device fault (timeout); 3 attempt(s)"
+    assert "no answer from a worker of queue device.arm64" in result.log_excerpt

@@ -170,3 +170,12 @@ def test_no_device_errors_say_why(lab):
     with pytest.raises(NoDevice, match="free within"):
         pool.acquire("SM8750", "j2", wait=1)
     pool.release(held)
+
+
+def test_a_job_that_names_its_device_gets_that_one(lab):
+    pool = lab.pool()
+    lease = pool.acquire("x86_64", "named", only={"x86-b"})
+    assert lease.device.id == "x86-b" and pool.holder("x86-a") is None
+    with pytest.raises(NoDevice, match="free within"):
+        pool.acquire("x86_64", "also-named", only={"x86-b"}, wait=1)
+    pool.release(lease)
