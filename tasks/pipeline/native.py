@@ -354,6 +354,7 @@ def build(spec: BuildSpec, recipe: Recipe, commit: str, classify, toolchain: Too
         progress(f"native {recipe.name}: checkout at {commit[:12]}: {how}")
         values = {"src": str(src), "build": str(folder), "jobs": str(spec.jobs), "python": spec.python}
         commands = [_expand(c, values, toolchain.cmake_args(root)) for c in recipe.commands]
+        toolchain_dir = [root / "toolchains"] if toolchain.toolchain_file else []  # the sandbox reads the file
         configure, build_steps = commands[0], commands[1:]
         result.fresh_folder = foreign_reason(folder, src, configure)
         if result.fresh_folder:
@@ -374,7 +375,7 @@ def build(spec: BuildSpec, recipe: Recipe, commit: str, classify, toolchain: Too
             t = time.monotonic()
             done = run_logged(cmd, cwd=folder, env=env, log_path=spec.run_dir / "native" /
                               f"{recipe.name}-{commit[:12]}-{name}.log", timeout=spec.timeout,
-                              sandbox=spec.sandbox, python=spec.python, readable=[src],
+                              sandbox=spec.sandbox, python=spec.python, readable=[src, *toolchain_dir],
                               writable=[folder, ccache_dir], outputs=[statslog])
             result.steps[name] = round(time.monotonic() - t, 2)
             progress(f"native {recipe.name}: {name} {'ok' if done.returncode == 0 else 'FAILED'} "

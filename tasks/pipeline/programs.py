@@ -118,6 +118,7 @@ def method_script(program: Program, method: MethodSpec) -> str:
     inputs = ",".join(f"$CUR/input{i}.bin" for i in range(n_inputs))
     lines = [
         "set -u",
+        "trap '' PIPE  # a runner that died is reported with its log, not by killing this script",
         'BUNDLE=$1; OUT=$2; shift 2',
         f'CUR="$OUT/{program.name}/{method.name}/cur"',
         'rm -rf "$CUR"; mkdir -p "$CUR"; mkfifo "$CUR/in"',
@@ -136,7 +137,7 @@ def method_script(program: Program, method: MethodSpec) -> str:
         lines += [f"if [ $STATUS = 0 ]; then",
                   f'  rm -f "$CUR"/out-*.bin; mkdir -p {step_dir}',
                   *(f'  cp "$BUNDLE/{t.file}" "$CUR/input{i}.bin"' for i, t in enumerate(step.inputs)),
-                  f'  echo "etriage: step {k}"; echo step >&3',
+                  f'  echo "etriage: step {k}"; echo step >&3 2>/dev/null',
                   f"  until ready {outputs}; do",
                   f'    kill -0 $RUNNER 2>/dev/null || {{ ready {outputs} || {{ '
                   f'echo "etriage: the runner stopped before step {k} finished"; STATUS=3; break; }}; }}',

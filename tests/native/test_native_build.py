@@ -1,18 +1,20 @@
 """native.build on ExecuTorch's real sources, below the pipeline: a corrupt build folder is
-configured again from scratch (and the compiler cache answers every object), and the XNNPACK
-recipe (behind --run-slow: its first build costs minutes) rebuilds a change in the XNNPACK
-runtime whose runner then runs the XNNPACK-delegated programs."""
+configured again from scratch (and the compiler cache answers every object). Behind --run-slow
+(their first builds cost minutes): the XNNPACK recipe rebuilds a change in the XNNPACK runtime
+whose runner then runs the XNNPACK-delegated programs, and the aarch64 cross build's runner
+runs the same bundle under qemu."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tasks.pipeline import native
-from tasks.pipeline.sandbox import Sandbox
+from tasks.pipeline import native, programs
+from tasks.pipeline.sandbox import Sandbox, run_logged, scrubbed_env
 from tasks.pipeline.tables import load_tables
 from triage_rules import classify_text
 
@@ -58,3 +60,34 @@ def test_an_xnnpack_runtime_change_rebuilds_the_xnnpack_runner(source_repo, nati
     assert tests.get("multi_method::two_methods_xnnpack_portable") == "passed", tests
     assert tests.get("mutable_buffer::kv_cache_steps_xnnpack") == "passed", tests
     assert data["summary"]["new"] == 0
+
+
+@pytest.mark.slow
+def test_a_cross_built_runner_runs_the_same_bundle_under_qemu(source_repo, native_data, tmp_path):
+    """The aarch64 toolchain (a CMake toolchain file for g++-aarch64-linux-gnu) builds the
+    portable runner; the same bundle and driver run it through a runner prefix (qemu), as a
+    device target does through its transport."""
+    missing = [t for t in ("aarch64-linux-gnu-g++", "qemu-aarch64-static") if not shutil.which(t)]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)} (scripts/system-deps.sh)")
+    spec = native.BuildSpec(source_repo.path, native_data, tmp_path / "run", sys.executable, Sandbox(),
+                            use_cache=False)
+    built, _ = native.build(spec, load_tables().recipes["portable"], source_repo.base, classify_text,
+                            toolchain=native.TOOLCHAINS["aarch64-linux-gnu"])
+    assert built.status == "ok", built.log[-3000:]
+    runner = Path(built.artifacts_dir) / "executor_runner"
+    assert runner.read_bytes()[:4] == b"\x7fELF" and runner.read_bytes()[18] == 183  # e_machine: EM_AARCH64
+
+    bundle, out = tmp_path / "bundle", tmp_path / "out"
+    programs.export_bundle(bundle, {"portable"})
+    out.mkdir()
+
+    def execute(argv, log_path):
+        done = run_logged(argv, cwd=out, env=scrubbed_env(out), log_path=log_path, timeout=300,
+                          readable=[runner.parent, bundle], writable=[out])
+        return done.returncode, done.seconds, done.log_path.read_text(errors="replace")
+
+    runs = programs.run_bundle(bundle, ["qemu-aarch64-static", "-L", "/usr/aarch64-linux-gnu", str(runner)],
+                               out, execute)
+    outcomes = programs.judge(bundle, out, runs, {"portable"})
+    assert outcomes and all(o.outcome == "passed" for o in outcomes), [(o.program.name, o.message) for o in outcomes]
