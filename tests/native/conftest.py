@@ -38,9 +38,9 @@ class SourceRepo:
     path: Path
     base: str
 
-    def branch(self, name: str, edits: dict[str, "callable"]) -> str:
-        """Branch `name` from the base with each file rewritten by its function; its sha."""
-        git(self.path, "checkout", "-q", "-B", name, self.base)
+    def branch(self, name: str, edits: dict[str, "callable"], start: str | None = None) -> str:
+        """Branch `name` from `start` (the base) with each file rewritten by its function; its sha."""
+        git(self.path, "checkout", "-q", "-B", name, start or self.base)
         try:
             for rel, edit in edits.items():
                 path = self.path / rel

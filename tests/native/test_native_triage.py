@@ -18,7 +18,7 @@ REAL_ADD = "return val_a + val_alpha * val_b;"
 
 def triage(source_repo, native_data, head, *extra):
     """--no-cache: no artifacts of an earlier session answer; the build folder and the compiler
-    cache (which are not results) stay warm."""
+    cache (which are not results) stay warm. A later --base wins over main (argparse)."""
     proc = subprocess.run([sys.executable, "-m", "etriage.cli", "triage", "--repo", str(source_repo.path),
                            "--base", "main", "--head", head, "--suite", "probes", "--target", "host-native",
                            "--data-dir", str(native_data), "--format", "json", "--no-cache", *extra],
@@ -79,6 +79,18 @@ def test_a_change_that_does_not_compile_is_a_build_failure_at_its_line(source_re
     assert f"{OP_ADD}:{line_no}:" in line and "etriage_undefined_symbol" in line, line
     assert verdict["suspects"][0]["path"] == OP_ADD
     assert verdict["base"] == "ok"  # the merge base builds: the change broke it
+
+
+def test_a_build_the_merge_base_breaks_too_is_pre_existing(source_repo, native_data):
+    broken = source_repo.branch("base-broken", {OP_ADD: lambda t: t.replace(
+        "  // Resize\n", "  // Resize\n  int etriage_base_broken = etriage_missing;\n", 1)})
+    head = source_repo.branch("on-broken", {"kernels/portable/cpu/op_mul.cpp": lambda t: t.replace(
+        " * All rights reserved.", " * All rights reserved. (etriage)", 1)}, start=broken)
+    data, _ = triage(source_repo, native_data, head, "--base", broken)
+
+    [verdict] = data["results"]
+    assert (verdict["verdict"], failure(verdict)["category"]) == ("pre_existing", "build_failure"), verdict
+    assert verdict["base"] == "failed" and f"{OP_ADD}:" in failure(verdict)["line"]
 
 
 def test_a_comment_only_change_rebuilds_from_the_compiler_cache_and_finds_nothing(source_repo, native_data):
