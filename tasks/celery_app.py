@@ -20,9 +20,12 @@ from celery import Celery
 
 from bot import queues
 from bot.settings import load_or_exit
+from tasks.devices import connect as devices
 
 # Passed to the pipeline (and nothing else from the worker's environment): the tools need them.
-TOOL_VARIABLES = ("QNN_SDK_ROOT", "ANDROID_NDK_ROOT", "ANDROID_SERIAL")
+# The sandbox lets only sandbox.PASS_THROUGH of these into a change's run; the device settings
+# stay with the device targets, which reach the devices from the worker itself.
+TOOL_VARIABLES = ("QNN_SDK_ROOT", "ANDROID_NDK_ROOT", "ANDROID_SERIAL") + devices.VARIABLES
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ import os
 import sys
 from pathlib import Path
 
+from tasks.devices.connect import VARIABLES as device_variables
 from tasks.pipeline.gitio import GitError
 from tasks.pipeline.report import to_json, to_markdown
 from tasks.pipeline.run import TriageOptions, triage
@@ -14,8 +15,7 @@ from tasks.pipeline.tables import TableError
 QUIET_ENV = ("QNN_SDK_ROOT", "ANDROID_NDK_ROOT")
 # Device targets' settings (tasks/devices/connect.DeviceSettings): read by the target, never
 # passed into a sandboxed run (sandbox.PASS_THROUGH does not list them).
-DEVICE_ENV = ("ETRIAGE_DEVICES", "ETRIAGE_DEVICE_KEY", "ETRIAGE_DEVICE_KNOWN_HOSTS", "ETRIAGE_DEVICE_REDIS_URL",
-              "ETRIAGE_DEVICE_BROKER_URL")
+DEVICE_ENV = device_variables
 
 
 def add_arguments(parser) -> None:

@@ -45,3 +45,18 @@ def test_tool_variables_are_read_once_into_the_options():
                                       "ANDROID_SERIAL": " "})
     assert dict(options.tool_env) == {"QNN_SDK_ROOT": "/opt/qnn"}
     assert options.suites == ("probes", "x")
+
+
+def test_device_settings_reach_the_device_targets_but_never_a_sandboxed_run(tmp_path):
+    from tasks.devices.connect import DeviceSettings
+    from tasks.pipeline.sandbox import scrubbed_env
+
+    environ = {"ETRIAGE_DEVICES": "/lab/devices.yaml", "ETRIAGE_DEVICE_KEY": "/lab/key",
+               "ETRIAGE_DEVICE_BROKER_URL": "redis://broker:6379/0", "QNN_SDK_ROOT": "/opt/qnn"}
+    options = WorkerOptions.from_env(environ)
+    settings = DeviceSettings.from_env(dict(options.tool_env))
+    assert (settings.inventory, settings.key, settings.broker_url) == (
+        "/lab/devices.yaml", "/lab/key", "redis://broker:6379/0")
+    env = scrubbed_env(tmp_path, pass_through=dict(options.tool_env))
+    assert env["QNN_SDK_ROOT"] == "/opt/qnn"
+    assert not [k for k in env if k.startswith("ETRIAGE_")]
