@@ -18,7 +18,8 @@ from tasks.pipeline.sandbox import Sandbox, run_logged, scrubbed_env
 from tasks.pipeline.tables import load_tables
 from triage_rules import classify_text
 
-pytestmark = pytest.mark.executorch
+# a cold machine builds ExecuTorch once (about 8 minutes here) inside the first of these tests
+pytestmark = [pytest.mark.executorch, pytest.mark.timeout(2400)]
 
 
 def test_a_corrupt_build_folder_is_configured_again_from_scratch(source_repo, native_data, tmp_path):

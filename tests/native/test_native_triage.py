@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.executorch
+# a cold machine builds ExecuTorch once (about 8 minutes here) inside the first of these tests
+pytestmark = [pytest.mark.executorch, pytest.mark.timeout(2400)]
 
 OP_ADD = "kernels/portable/cpu/op_add.cpp"
 REAL_ADD = "return val_a + val_alpha * val_b;"
