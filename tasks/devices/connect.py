@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tasks.devices import emulated
 from tasks.devices.android import AdbServer, AdbTransport
 from tasks.devices.faults import DeviceFault
 from tasks.devices.inventory import Device
@@ -64,7 +65,8 @@ def check_open(transport, device: Device) -> None:
             raise DeviceFault("soc_mismatch", f"the phone reports ro.soc.model={reported or '(empty)'}, the "
                                               f"inventory says {device.soc}", device.describe())
     elif expected:
-        machine = transport.machine()
+        # an emulated arm64 device is aarch64 when it can run aarch64 programs (QEMU user mode)
+        machine = emulated.machine(transport, device) if device.transport == "emulated" else transport.machine()
         if machine != expected:
             raise DeviceFault("soc_mismatch", f"`uname -m` says {machine}, the inventory's {device.soc} "
                                               f"means {expected}", device.describe())

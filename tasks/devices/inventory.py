@@ -52,6 +52,9 @@ class Device(BaseModel):
     # executor_runner already on the device.
     runner: str = "pybind"
     runtime: tuple[str, ...] = ("python3",)
+    # What goes before a native runner on the device, e.g. [qemu-aarch64-static] on an emulated
+    # arm64 device without binfmt_misc (tasks/devices/emulated.py; empty: found on the device).
+    runner_prefix: tuple[str, ...] = ()
     backends: tuple[str, ...] = ("portable",)  # what the device's runtime has (programs needing more are skipped)
     work_root: str = ""
     enabled: bool = True

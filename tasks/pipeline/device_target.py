@@ -27,7 +27,7 @@ from celery.exceptions import TimeoutError as CeleryTimeout
 from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
-from tasks.devices import pybind_runner
+from tasks.devices import emulated, pybind_runner
 from tasks.devices.android import qnn_environment
 from tasks.devices.connect import DeviceSettings, check_open, health_check, open_transport
 from tasks.devices.faults import DeviceFault
@@ -291,5 +291,5 @@ def _runner(transport, device: Device, remote: str, build: BuildResult | None) -
                            "this run (no native change, or no recipe for that machine)")
         runner, has = found
         transport.push(runner, remote)
-        return [f"{remote}/{runner.name}"], has
-    return [device.runner], set(device.backends)
+        return [*emulated.runner_prefix(transport, device), f"{remote}/{runner.name}"], has
+    return [*emulated.runner_prefix(transport, device), device.runner], set(device.backends)

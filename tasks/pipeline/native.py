@@ -41,6 +41,9 @@ from tasks.pipeline.sandbox import run_logged, scrubbed_env
 from tasks.pipeline.tables import Recipe
 
 CACHE_MAX_SIZE = "5G"
+# arm64 Linux with g++-aarch64-linux-gnu; statically linked, so a device (or QEMU user mode with no
+# arm64 userland) needs no libstdc++ or loader. flatc and the code generators are built for the host
+# (ExecuTorch builds flatc as an external project with the host compiler).
 AARCH64_TOOLCHAIN = """\
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR aarch64)
@@ -50,6 +53,7 @@ set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu)
 set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
+set(CMAKE_EXE_LINKER_FLAGS_INIT "-static")
 """
 
 
@@ -63,7 +67,10 @@ class Toolchain:
     def cmake_args(self, native_dir: Path) -> list[str]:
         if not self.toolchain_file:
             return []
-        path = native_dir / "toolchains" / f"{self.name}.cmake"
+        # the file's name carries its content's hash: CMake reads a toolchain file only when it
+        # configures a folder, so an edited toolchain must look like another one (a fresh folder)
+        digest = hashlib.sha256(self.toolchain_file.encode()).hexdigest()[:12]
+        path = native_dir / "toolchains" / f"{self.name}-{digest}.cmake"
         if not path.is_file() or path.read_text() != self.toolchain_file:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(self.toolchain_file)

@@ -1,0 +1,150 @@
+"""The emulated arm64 device: an account on the real loopback sshd whose aarch64 programs run
+under QEMU user mode, via binfmt_misc (registered with the F flag) or the inventory's runner
+prefix (qemu-aarch64-static). Always on: a tiny C++ program cross-compiled through the native
+recipes' aarch64 toolchain file (statically linked) runs on the device both ways, and the health
+check takes the device for the aarch64 it emulates. Behind --run-slow: the change's portable
+executor_runner cross-built from ExecuTorch's real sources runs the probes' programs there."""
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tasks.devices import emulated
+from tasks.devices.connect import DeviceSettings, health_check, open_transport
+from tasks.devices.faults import DeviceFault
+from tasks.pipeline import native
+
+HELLO = r"""
+#include <cstdio>
+#include <numeric>
+#include <string>
+#include <vector>
+int main(int argc, char** argv) {
+  std::vector<int> v(argc > 1 ? std::stoi(argv[1]) : 10);
+  std::iota(v.begin(), v.end(), 1);
+#if defined(__aarch64__)
+  const char* arch = "aarch64";
+#else
+  const char* arch = "other";
+#endif
+  std::printf("%s sum=%d ptr=%zu\n", arch, std::accumulate(v.begin(), v.end(), 0), sizeof(void*));
+  return 0;
+}
+"""
+
+
+def _need(*tools: str) -> None:
+    missing = [t for t in tools if not shutil.which(t)]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)} (scripts/system-deps.sh)")
+
+
+def has_interpreter(elf: bytes) -> bool:
+    """Whether a 64-bit little-endian ELF has a PT_INTERP program header (a dynamic loader)."""
+    phoff, = struct.unpack_from("<Q", elf, 32)
+    phentsize, phnum = struct.unpack_from("<HH", elf, 54)
+    return any(struct.unpack_from("<I", elf, phoff + i * phentsize)[0] == 3 for i in range(phnum))
+
+
+@pytest.fixture(scope="module")
+def hello_aarch64(tmp_path_factory) -> Path:
+    """hello.cpp built with CMake and the aarch64 toolchain file native.py writes for its recipes."""
+    _need("cmake", "ninja", "aarch64-linux-gnu-g++")
+    tmp = tmp_path_factory.mktemp("hello")
+    (tmp / "src").mkdir()
+    (tmp / "src" / "hello.cpp").write_text(HELLO)
+    (tmp / "src" / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.16)\nproject(hello CXX)\nadd_executable(hello hello.cpp)\n")
+    args = native.TOOLCHAINS["aarch64-linux-gnu"].cmake_args(tmp / "native")
+    for cmd in (["cmake", "-S", str(tmp / "src"), "-B", str(tmp / "build"), "-G", "Ninja", *args],
+                ["cmake", "--build", str(tmp / "build")]):
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    binary = tmp / "build" / "hello"
+    data = binary.read_bytes()
+    assert data[:4] == b"\x7fELF" and data[18] == 183  # e_machine: EM_AARCH64
+    assert not has_interpreter(data)  # statically linked: no loader, no libstdc++ on the device
+    return binary
+
+
+@pytest.fixture(scope="module")
+def binfmt():
+    """qemu-aarch64 registered in this machine's binfmt_misc (F flag), or skip saying why."""
+    _need("qemu-aarch64-static")
+    try:
+        print(emulated.register_binfmt())
+    except OSError as error:
+        pytest.skip(f"binfmt_misc unavailable here ({error}); the runner prefix still works")
+    return True
+
+
+def emulated_device(sshd, **fields):
+    return sshd.device("emu-1", transport="emulated", soc="emulated-arm64", runner="rebuilt",
+                       backends=("portable",), **fields)
+
+
+def run_on_device(device, binary: Path, *args: str) -> tuple[emulated.Emulation, list[str], str]:
+    with open_transport(device, DeviceSettings()) as transport:
+        emulation = emulated.probe(transport, device)
+        prefix = emulated.runner_prefix(transport, device)
+        with transport.workdir() as remote:
+            transport.push(binary, remote)
+            ran = transport.run([*prefix, f"{remote}/{binary.name}", *args], timeout=60)
+    assert ran.returncode == 0, ran.output
+    return emulation, prefix, ran.output.strip()
+
+
+def test_the_probe_reads_what_the_device_has():
+    assert emulated.parse_probe("aarch64\nbinfmt=no\nqemu=\nprefix=yes\n").how == "native"
+    via_binfmt = emulated.parse_probe("x86_64\nbinfmt=yes\nqemu=/usr/bin/qemu-aarch64-static\nprefix=yes\n")
+    assert (via_binfmt.how, via_binfmt.prefix, via_binfmt.machine) == ("binfmt", (), "aarch64")
+    via_path = emulated.parse_probe("x86_64\nbinfmt=no\nqemu=/usr/bin/qemu-aarch64-static\nprefix=yes\n")
+    assert (via_path.how, via_path.prefix) == ("prefix", ("/usr/bin/qemu-aarch64-static",))
+    told = emulated.parse_probe("x86_64\nbinfmt=yes\nqemu=\nprefix=yes\n", ("qemu-aarch64", "-cpu", "max"))
+    assert (told.how, told.prefix) == ("prefix", ("qemu-aarch64", "-cpu", "max"))  # the inventory wins
+    absent = emulated.parse_probe("x86_64\nbinfmt=yes\nqemu=\nprefix=no\n", ("/opt/qemu-aarch64",))
+    assert absent.how == "none" and "/opt/qemu-aarch64 is not there" in absent.describe()
+    nothing = emulated.parse_probe("x86_64\nbinfmt=no\nqemu=\nprefix=yes\n")
+    assert (nothing.how, nothing.machine) == ("none", "x86_64")
+    assert "no QEMU" in nothing.describe()
+
+
+def test_with_the_runner_prefix_the_cross_built_program_runs_on_the_device(sshd, hello_aarch64):
+    _need("qemu-aarch64-static")
+    device = emulated_device(sshd, runner_prefix=("qemu-aarch64-static",))
+    health_check(device, DeviceSettings())  # aarch64 through QEMU: the emulated-arm64 class accepts it
+    emulation, prefix, output = run_on_device(device, hello_aarch64, "100")
+    assert prefix == ["qemu-aarch64-static"] and emulation.how == "prefix"
+    assert output == "aarch64 sum=5050 ptr=8"
+
+
+def test_with_binfmt_misc_the_program_runs_as_it_is(sshd, hello_aarch64, binfmt):
+    device = emulated_device(sshd)
+    health_check(device, DeviceSettings())
+    emulation, prefix, output = run_on_device(device, hello_aarch64)
+    assert prefix == [] and emulation.how == "binfmt", emulation
+    assert "binfmt_misc" in emulation.describe()
+    assert output == "aarch64 sum=55 ptr=8"
+
+
+def test_an_x86_64_account_is_not_an_arm64_device(sshd):
+    """The same account as a plain ssh device of class emulated-arm64 (no emulation asked for):
+    the health check refuses it as the wrong SoC, naming both machines."""
+    device = sshd.device("emu-1", soc="emulated-arm64", backends=("portable",))
+    with pytest.raises(DeviceFault) as caught:
+        health_check(device, DeviceSettings())
+    assert caught.value.kind == "soc_mismatch"
+    assert "x86_64" in str(caught.value) and "aarch64" in str(caught.value)
+
+
+def test_a_runner_prefix_that_is_not_there_fails_the_health_check(sshd):
+    device = emulated_device(sshd, runner_prefix=("/nonexistent/qemu-aarch64",))
+    with pytest.raises(DeviceFault) as caught:
+        health_check(device, DeviceSettings())
+    assert caught.value.kind == "soc_mismatch"
+    assert "runner prefix /nonexistent/qemu-aarch64 is not there" in str(caught.value)
