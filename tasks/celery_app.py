@@ -39,7 +39,7 @@ class WorkerOptions:
     max_retries: int = 6
     github_write_interval: float = 1.0  # GitHub asks for >= 1 s between content writes
     suites: tuple[str, ...] = ()  # restrict the pipeline's suites (empty: the plan decides)
-    targets: tuple[str, ...] = ("host",)
+    targets: tuple[str, ...] = ("host", "host-native")  # host-native: planned only with a native change
     pending_report_interval: float = 300.0  # beat: retry reports GitHub did not take
     run_expiry_hours: float = 6.0  # beat: runs in progress longer than this are expired
     tool_env: tuple[tuple[str, str], ...] = ()  # TOOL_VARIABLES that are set, for the pipeline

@@ -255,6 +255,7 @@ def triage_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
         add_config_check(payload, config_change_check(gh, repo, pr, head_sha))
         publish(ctx, repo, pr, installation_id, payload)
         return payload.check_conclusion
+    named = targets is not None  # a command's own targets, not the automatic run's defaults
     targets, notes = choose_targets(ctx, gh, repo, pr, pull, targets)
     suites, suite_notes = choose_suites(ctx, gh, repo, suites)
     notes += suite_notes
@@ -271,7 +272,7 @@ def triage_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
                               suites=suites, targets=targets, progress=progress,
                               budget_seconds=config.triage.budget_seconds if config.triage else None,
                               path_backends=dict(config.triage.paths) if config.triage else {},
-                              select_all=reason == "run:all")
+                              select_all=reason == "run:all", targets_named=named)
         ctx.checkpoint(repo, pr, head_sha)
         record_report(ctx, repo, head_sha, report)
         payload = report_payload(head_sha, report, notes, ctx.store.ignored_failures(repo, pr))
@@ -329,7 +330,7 @@ def environment_payload(head_sha: str, problem: str, notes=()) -> PublishPayload
 
 def run_pipeline(ctx: WorkerContext, checkout: Path, base: str, head: str, *, suites, targets,
                  progress, budget_seconds: float | None = None, select_all: bool = False,
-                 path_backends: dict[str, str] | None = None):
+                 path_backends: dict[str, str] | None = None, targets_named: bool = True):
     """tasks.pipeline.run.triage on the worker's clone, every command of the change in the
     sandbox (never without: no sandbox here means nothing runs, and the report says so). The
     GitHub token is in no environment the pipeline sees: only the tool variables it needs."""
@@ -340,7 +341,7 @@ def run_pipeline(ctx: WorkerContext, checkout: Path, base: str, head: str, *, su
                             suite_timeout=ctx.options.suite_timeout,
                             sandbox=Sandbox(bwrap=ctx.options.sandbox_bwrap),
                             budget_seconds=budget_seconds, select_all=select_all,
-                            path_backends=dict(path_backends or {}))
+                            path_backends=dict(path_backends or {}), targets_named=targets_named)
     return triage(options, progress=lambda message: progress("Running", message))
 
 

@@ -60,9 +60,11 @@ def recipes_for(files: list[ChangedFile], backends: set[str], tables: Tables) ->
 
 def plan_change(repo, base: str, head: str, tables: Tables, *,
                 targets: list[str] | None = None, suites: list[str] | None = None,
-                path_backends: dict[str, str] | None = None) -> Plan:
+                path_backends: dict[str, str] | None = None, targets_named: bool = True) -> Plan:
     """`path_backends`: the repository's own glob -> backend map (`triage.paths`), asked before
-    the tables' areas for which backends a path affects."""
+    the tables' areas for which backends a path affects. `targets_named`: the targets were asked
+    for by name (the command line, a slash command), so a native target with nothing to rebuild
+    stays in the plan and says why it did not run; an automatic run leaves it out with a note."""
     base_sha, head_sha = gitio.resolve(repo, base), gitio.resolve(repo, head)
     merge_base = gitio.merge_base(repo, base_sha, head_sha)
     files = gitio.changed_files(repo, merge_base, head_sha)
@@ -111,7 +113,7 @@ def plan_change(repo, base: str, head: str, tables: Tables, *,
     recipe_names = recipes_for(files, backends, tables) if suite_names else []
     native = [r for r in recipe_names if tables.recipes[r].kind == "cmake"]
     idle = [t for t in target_names if tables.targets[t].native and not native]
-    if idle and not targets:  # asked for by name, a native target says itself why it did not run
+    if idle and not (targets and targets_named):
         target_names = [t for t in target_names if t not in idle]
         if suite_names:
             notes.append(f"no native change: {', '.join(idle)} not needed (nothing to rebuild)")

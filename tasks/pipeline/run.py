@@ -49,6 +49,7 @@ class TriageOptions:
     budget_seconds: float | None = None  # selected tests' time budget (`.github/etriage.yml`); None: the table's
     select_all: bool = False  # run every relevant test that can run here (`/etriage run selected --all`)
     path_backends: dict[str, str] = field(default_factory=dict)  # the repository's `triage.paths`
+    targets_named: bool = True  # False: `targets` are an automatic run's defaults (plan_change)
 
 
 NO_SANDBOX = "no sandbox"  # the reason's first words, in the report and on the check run
@@ -63,7 +64,8 @@ def triage(options: TriageOptions, *, classify=classify_text, progress=_quiet) -
     tables = _with_budget(load_tables(options.tables_dir), options)
     repo = Path(options.repo).resolve()
     plan = plan_change(repo, options.base, options.head, tables,
-                       targets=options.targets, suites=options.suites, path_backends=options.path_backends)
+                       targets=options.targets, suites=options.suites, path_backends=options.path_backends,
+                       targets_named=options.targets_named)
     progress(f"plan: {len(plan.changed_files)} changed file(s), areas {', '.join(plan.areas) or '-'}, "
              f"backends {', '.join(plan.backends) or '-'}, suites {', '.join(plan.suites) or '-'}")
     if not plan.suites:

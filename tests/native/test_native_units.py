@@ -125,6 +125,12 @@ def test_host_native_is_planned_only_with_a_native_change(tmp_path):
     assert "host-native" not in py.targets and any("host-native not needed" in n for n in py.notes)
     # asked for by name it stays, and says itself why it has nothing to run
     assert "host-native" in plan_change(repo, "main", "py", tables, suites=["probes"], targets=["host-native"]).targets
+    # an automatic run's default targets (the service) are not asked for by name: left out, with a note
+    automatic = plan_change(repo, "main", "py", tables, suites=["probes"], targets=["host", "host-native"],
+                            targets_named=False)
+    assert automatic.targets == ["host"] and any("host-native not needed" in n for n in automatic.notes)
+    assert "host-native" in plan_change(repo, "main", "cpp", tables, suites=["probes"],
+                                        targets=["host", "host-native"], targets_named=False).targets
 
 
 def test_a_recipe_whose_sdk_is_missing_is_reported_not_run(tmp_path):
