@@ -36,7 +36,11 @@ class Workspace:
 
 
 def build_commit(ws: Workspace, tables: Tables, commit: str, changes: list[ChangedFile],
-                 recipes: list[str], classify, progress=lambda msg: None) -> BuildResult:
+                 recipes: list[str], classify, progress=lambda msg: None,
+                 toolchains: tuple[str, ...] = ("host",)) -> BuildResult:
+    """The overlay, then each cmake recipe with each toolchain (a device target with the change's
+    rebuilt runner asks for its machine's, e.g. aarch64-linux-gnu); build_dirs keys are the
+    recipe for the host and `<recipe>@<toolchain>` for a cross build."""
     start = time.monotonic()
     overlay_recipe = next((r for r in tables.recipes.values() if r.kind == "overlay"), None)
     covers = overlay_recipe.covers if overlay_recipe else (lambda path: False)
@@ -66,21 +70,26 @@ def build_commit(ws: Workspace, tables: Tables, commit: str, changes: list[Chang
             result.reason = "; ".join(filter(None, [result.reason, f"{name}: not built ({recipe.disabled_reason})"]))
             progress(f"build {name}: skipped ({recipe.disabled_reason})")
             continue
-        progress(f"build {name} at {commit[:12]} ...")
         spec = native.BuildSpec(ws.repo, ws.data_dir, ws.run_dir, ws.python, ws.sandbox, ws.jobs,
                                 ws.build_timeout, ws.use_cache, ws.tool_env)
-        built, failures = native.build(spec, recipe, commit, classify, progress=progress)
-        progress(f"build {built.summary()}")
-        result.reason = "; ".join(filter(None, [result.reason, built.summary()]))
-        if built.status == "not_run":
-            continue
-        result.build_dirs[name] = built.artifacts_dir
-        if built.cached:
-            result.cache_hits.append(name)
-        if built.status != "ok":
-            result.status = "failed"
-            result.failures.extend(failures)
-            result.log_excerpt = built.log[-4000:]
+        for toolchain in toolchains:
+            key = name if toolchain == "host" else f"{name}@{toolchain}"
+            progress(f"build {key} at {commit[:12]} ...")
+            built, failures = native.build(spec, recipe, commit, classify, toolchain=native.TOOLCHAINS[toolchain],
+                                           progress=progress)
+            progress(f"build {built.summary()}")
+            result.reason = "; ".join(filter(None, [result.reason, built.summary()]))
+            if built.status == "not_run":
+                continue
+            result.build_dirs[key] = built.artifacts_dir
+            if built.cached:
+                result.cache_hits.append(key)
+            if built.status != "ok":
+                result.status = "failed"
+                result.failures.extend(failures)
+                result.log_excerpt = built.log[-4000:]
+                break
+        if result.status == "failed":
             break
     result.seconds = round(time.monotonic() - start, 2)
     return result

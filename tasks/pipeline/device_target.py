@@ -55,12 +55,15 @@ class NoRunner(RuntimeError):
 
 def rebuilt_runner(build: BuildResult, machine: str) -> tuple[Path, set[str]] | None:
     """The executor_runner this run rebuilt for `machine` (the recipe with the most backends)."""
-    for recipe, folder in sorted(build.build_dirs.items(), key=lambda kv: -len(RECIPE_BACKENDS.get(kv[0], ()))):
+    def backends(key: str) -> set[str]:  # "portable" or "portable@aarch64-linux-gnu"
+        return set(RECIPE_BACKENDS.get(key.partition("@")[0], {"portable"}))
+
+    for recipe, folder in sorted(build.build_dirs.items(), key=lambda kv: -len(backends(kv[0]))):
         runner, info = Path(folder) / "executor_runner", Path(folder) / "build.json"
         if runner.is_file() and info.is_file():
             toolchain = json.loads(info.read_text()).get("toolchain", "host")
             if TOOLCHAIN_MACHINES.get(toolchain) == machine:
-                return runner, RECIPE_BACKENDS.get(recipe, {"portable"})
+                return runner, backends(recipe)
     return None
 
 
@@ -117,6 +120,17 @@ class DeviceTarget:
             return False, (f"no enabled {self.spec.kind} device named {self.name.partition(':')[2]!r} in the "
                            f"inventory" if ":" in self.name else f"no enabled device for {self.name} in the inventory")
         return True, ""
+
+    def toolchains(self) -> list[str]:
+        """The native toolchains the change's runner must be built with for this target's
+        devices (`runner: rebuilt`): the build stage builds the cmake recipes with each."""
+        try:
+            found = self.devices()
+        except InventoryError:
+            return []
+        machines = {machine: toolchain for toolchain, machine in TOOLCHAIN_MACHINES.items()}
+        return sorted({machines[d.soc_info.machine] for d in found
+                       if d.runner == "rebuilt" and d.soc_info.machine in machines})
 
     # --- a run ---------------------------------------------------------------------------
 

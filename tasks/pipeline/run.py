@@ -114,8 +114,11 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
                                        "can run here")
             return _report(plan, build, [], [], start, base_cached=False)
 
+    targets = {name: make_target(tables.targets[name], options.tool_env) for name in plan.targets}
+    toolchains = _toolchains(plan, tables, targets)
     progress(f"build head {plan.head[:12]} ({', '.join(plan.recipes) or 'overlay'}) ...")
-    head_build = build_commit(ws, tables, plan.head, plan.changed_files, plan.recipes, classify, progress)
+    head_build = build_commit(ws, tables, plan.head, plan.changed_files, plan.recipes, classify, progress,
+                              toolchains)
     if head_build.status == "failed":
         return _build_failed(ws, tables, plan, head_build, classify, progress, start)
 
@@ -124,7 +127,6 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
             durations.record(ws.data_dir, results, whole_files=whole, process_seconds=seconds)
 
     # 1. head, every planned suite (pytest suites sharing a process)
-    targets = {name: make_target(tables.targets[name], options.tool_env) for name in plan.targets}
     head_runs, not_run_results = _head_runs(ws, tables, plan, targets, head_build, options, progress)
     head_results = []
     for target in targets.values():
@@ -141,7 +143,8 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
     _note_budget_skips(plan, head_results)
 
     # 2. merge base: only head's failures that need it (or the cache answers)
-    base_build = build_commit(ws, tables, plan.merge_base, [], plan.recipes, classify, progress)  # native: cached per key
+    base_build = build_commit(ws, tables, plan.merge_base, [], plan.recipes, classify, progress,  # native: cached per key
+                              toolchains)
     base_results, base_runs, complete = base.base_outcomes(
         ws, targets, plan, head_runs, head_results, failures, base_build,
         full_base=options.full_base, progress=progress, record_durations=record_durations)
@@ -166,6 +169,20 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
     report = _report(plan, head_build, verdicts, head_results + not_run_results, start, cached)
     report.base_runs = base_runs
     return report
+
+
+def _toolchains(plan, tables: Tables, targets: dict) -> tuple[str, ...]:
+    """host, plus what device targets running the change's rebuilt runner need (aarch64 for an
+    emulated arm64 device). Such a target needs a runner even without a native change: the
+    portable recipe is then planned (its build is the compiler cache's)."""
+    extra = sorted({t for target in targets.values() for t in getattr(target, "toolchains", list)()} - {"host"})
+    needs_runner = [n for n, target in targets.items() if getattr(target, "toolchains", list)()]
+    if needs_runner and "portable" in tables.recipes and not any(
+            tables.recipes[r].kind == "cmake" for r in plan.recipes):
+        plan.recipes.append("portable")
+        plan.notes.append(f"no native change: the portable runner is built for {', '.join(needs_runner)} "
+                          "(its devices run the change's rebuilt executor_runner)")
+    return ("host", *extra)
 
 
 def _with_budget(tables: Tables, options: TriageOptions) -> Tables:

@@ -6,6 +6,7 @@ check takes the device for the aarch64 it emulates. Behind --run-slow: the chang
 executor_runner cross-built from ExecuTorch's real sources runs the probes' programs there."""
 from __future__ import annotations
 
+import json
 import shutil
 import struct
 import subprocess
@@ -13,11 +14,18 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tasks.devices import emulated
 from tasks.devices.connect import DeviceSettings, health_check, open_transport
 from tasks.devices.faults import DeviceFault
 from tasks.pipeline import native
+from tasks.pipeline.report import to_markdown
+from tasks.records import Report
+from tests.native.conftest import native_data, native_tools, source_repo  # noqa: F401 (fixtures)
+from tests.native.test_native_triage import OP_ADD, REAL_ADD, second
+
+ROOT = Path(__file__).resolve().parents[2]
 
 HELLO = r"""
 #include <cstdio>
@@ -148,3 +156,59 @@ def test_a_runner_prefix_that_is_not_there_fails_the_health_check(sshd):
         health_check(device, DeviceSettings())
     assert caught.value.kind == "soc_mismatch"
     assert "runner prefix /nonexistent/qemu-aarch64 is not there" in str(caught.value)
+
+
+# --- the change's own runtime on the emulated device (ExecuTorch's real sources) -------------
+
+def triage_on_both(source_repo, native_data, head: str, device, tmp_path: Path) -> tuple[dict, str]:
+    """`etriage triage --target host --target emulated-arm64` through the command line; the
+    compiler cache and build folders are the native tests' (warm), results are not cached."""
+    inventory = tmp_path / "devices.yaml"
+    inventory.write_text(yaml.safe_dump({"devices": {device.id: device.model_dump(mode="json", exclude={"id"})}}))
+    out = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "etriage.cli", "triage", "--repo", str(source_repo.path),
+                           "--base", "main", "--head", head, "--suite", "probes", "--target", "host",
+                           "--target", "emulated-arm64", "--devices", str(inventory), "--data-dir", str(native_data),
+                           "--format", "json", "--no-cache", "--out", str(out)],
+                          capture_output=True, text=True, timeout=3000, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(out.read_text()), done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.executorch
+@pytest.mark.timeout(3000)
+def test_the_portable_runtime_cross_built_from_the_change_runs_on_the_emulated_device(
+        sshd, source_repo, native_data, tmp_path):
+    """A comment-only change: both toolchains build (the compiler cache's), every program passes
+    on the host and on the emulated arm64 device; the matrix has both columns."""
+    _need("aarch64-linux-gnu-g++", "qemu-aarch64-static")
+    head = source_repo.branch("arm64-comment", {OP_ADD: lambda t: t.replace(
+        " * All rights reserved.", " * All rights reserved.\n * (a comment)", 1)})
+    data, log = triage_on_both(source_repo, native_data, head, emulated_device(sshd), tmp_path)
+    reason = data["build"]["reason"]
+    assert f"portable (aarch64-linux-gnu) at {head[:12]}: ok" in reason, reason
+    device_suite = next(s for s in data["suites"] if s["target"] == "emulated-arm64")
+    assert device_suite["status"] == "ran", (device_suite, log[-3000:])
+    assert {t["test"]: t["outcome"] for t in device_suite["tests"]} == {
+        "multi_method::two_methods_portable": "passed", "mutable_buffer::kv_cache_steps_portable": "passed"}
+    assert data["summary"].get("new", 0) == 0, data["summary"]
+    markdown = to_markdown(Report.from_dict(data))
+    assert "| test | host | emulated-arm64<br><sub>emu-1 (emulated-arm64)</sub> |" in markdown
+
+
+@pytest.mark.slow
+@pytest.mark.executorch
+@pytest.mark.timeout(3000)
+def test_a_bug_in_a_portable_kernel_is_new_on_the_emulated_device_at_that_cpp(sshd, source_repo, native_data,
+                                                                            tmp_path):
+    _need("aarch64-linux-gnu-g++", "qemu-aarch64-static")
+    head = source_repo.branch("arm64-add-sign", {OP_ADD: second(REAL_ADD, "return val_a - val_alpha * val_b;")})
+    data, log = triage_on_both(source_repo, native_data, head, emulated_device(sshd), tmp_path)
+    new = [r for r in data["results"] if r["verdict"] == "new" and r["target"] == "emulated-arm64"]
+    assert new, (data["summary"], log[-3000:])
+    for verdict in new:
+        assert verdict["base"] == "passed"
+        assert verdict["suspects"][0]["path"] == OP_ADD
+        line = (verdict.get("failure") or {}).get("line") or verdict.get("primary_line", "")
+        assert "on device emu-1 (SoC emulated-arm64" in line and "runner rebuilt" in line, line
