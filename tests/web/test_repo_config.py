@@ -71,7 +71,7 @@ def test_no_file_means_defaults_and_no_devices():
     config = load(None)
     assert config == RepoConfig.defaults()
     assert config.triage.suites == ("multi_method", "mutable_buffer")
-    assert config.triage.targets == ("host", "qnn-sim")
+    assert config.triage.targets == ("host", "host-native", "qnn-sim")
     assert config.commands is not None and config.ci_logs is not None
     assert dict(config.labels) == DEFAULT_LABELS
     assert config.devices is None and config.device_targets() == frozenset()
