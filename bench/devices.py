@@ -2,18 +2,26 @@
 tests do) running the probes' programs with the executorch pybindings, and the pool's lease.
 
     .venv/bin/python bench/devices.py [-n 3] [--backends portable[,xnnpack]] [--redis URL]
+    .venv/bin/python bench/devices.py --emulated [--cold] [-n 3]
 
 Prints, per stage: the export of the programs on the host (the change's Python, in the sandbox,
 once per commit), then per run on the device: connect + health check + push + every method +
 pull + judge (median of n), the seconds spent in the methods themselves, and a lease's round
-trip on Redis (acquire + release, median of 200). Asserts nothing about speed.
+trip on Redis (acquire + release, median of 200). With --emulated, the emulated-arm64 device
+instead: the portable recipe's executor_runner cross-built for aarch64 from ExecuTorch's real
+sources (../shared/executorch-src/; the native tests' data dir and compiler cache, or with --cold
+an empty one), rebuilt after a one-.cpp change, and the portable programs run with it on the
+loopback sshd under QEMU user mode, via binfmt_misc and via the runner prefix. Asserts nothing
+about speed.
 """
 from __future__ import annotations
 
 import argparse
 import shutil
 import statistics
+import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -25,7 +33,13 @@ sys.path.insert(0, str(ROOT / "tests" / "devices"))
 import redis  # noqa: E402
 from conftest import Sshd  # noqa: E402  the tests' loopback sshd
 
+import tests.native.conftest as native_conftest  # noqa: E402  the native tests' sources and git settings
+from tasks.devices import emulated  # noqa: E402
 from tasks.devices.pool import Pool  # noqa: E402
+from tasks.pipeline import native  # noqa: E402
+from tasks.pipeline.sandbox import Sandbox  # noqa: E402
+from tasks.pipeline.tables import load_tables  # noqa: E402
+from triage_rules import classify_text  # noqa: E402
 from tasks.pipeline.device_target import DeviceTarget  # noqa: E402
 from tasks.pipeline.overlay import installed_package_dir  # noqa: E402
 from tasks.pipeline.suites import SuiteRun  # noqa: E402
@@ -38,7 +52,11 @@ def main() -> int:
     parser.add_argument("-n", type=int, default=3)
     parser.add_argument("--backends", default="portable")
     parser.add_argument("--redis", default="", help="a Redis URL for the lease figure (default: embedded)")
+    parser.add_argument("--emulated", action="store_true", help="the emulated-arm64 device and its cross build")
+    parser.add_argument("--cold", action="store_true", help="with --emulated: an empty compiler cache and data dir")
     args = parser.parse_args()
+    if args.emulated:
+        return _emulated(args)
     backends = tuple(args.backends.split(","))
     tmp = Path(tempfile.mkdtemp(prefix="etriage-bench-"))
     sshd_root = Path(tempfile.mkdtemp(prefix="etriage-sshd-"))  # the device user must reach it
@@ -76,6 +94,88 @@ def main() -> int:
               f"(min {min(totals):.1f}, max {max(totals):.1f}); in the methods: {statistics.median(methods):.1f} s")
         print(f"  first run of a commit = export + run: {export + statistics.median(totals):.1f} s")
         _lease_figure(args.redis, device)
+    finally:
+        sshd.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(sshd_root, ignore_errors=True)
+    return 0
+
+
+def _emulated(args) -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="etriage-bench-"))
+    repo = tmp / "src" / "executorch"
+
+    def git(*argv: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *argv], capture_output=True, text=True, check=True,
+                              env=native_conftest.GIT_ENV).stdout.strip()
+
+    sshd_root = Path(tempfile.mkdtemp(prefix="etriage-sshd-"))
+    sshd = Sshd(sshd_root)
+    sshd.start()
+    try:
+        with tarfile.open(native_conftest.TARBALL) as tar:
+            tar.extractall(repo.parent, filter="data")
+        git("init", "-q", "-b", "main")
+        git("add", "-A", "--force")
+        git("commit", "-q", "--no-gpg-sign", "-m", "ExecuTorch v1.4.1 sources")
+        base = git("rev-parse", "HEAD")
+        data = tmp / "data" if args.cold else (Path.home() / ".cache" / "etriage" / "test-native")
+        spec = native.BuildSpec(repo, data, tmp / "run", sys.executable, Sandbox(), use_cache=False)
+        recipe, toolchain = load_tables().recipes["portable"], native.TOOLCHAINS["aarch64-linux-gnu"]
+        start = time.monotonic()
+        built, _ = native.build(spec, recipe, base, classify_text, toolchain=toolchain)
+        first = time.monotonic() - start
+        if built.status != "ok":
+            print(built.log[-3000:])
+            return 1
+        op_add = repo / "kernels/portable/cpu/op_add.cpp"
+        op_add.write_text(op_add.read_text() + "\nnamespace { [[maybe_unused]] int etriage_bench_touch = 1; }\n")
+        git("commit", "-q", "-a", "--no-gpg-sign", "-m", "one .cpp")
+        start = time.monotonic()
+        again, _ = native.build(spec, recipe, git("rev-parse", "HEAD"), classify_text, toolchain=toolchain)
+        incremental = time.monotonic() - start
+        if again.status != "ok":
+            print(again.log[-3000:])
+            return 1
+        print(f"portable executor_runner for aarch64 ({'cold: empty compiler cache' if args.cold else 'warm cache'}):")
+        print(f"  {built.summary()}\n  first build: {first:.1f} s")
+        print(f"  {again.summary()}\n  one .cpp changed: {incremental:.1f} s")
+        spec_t = TargetSpec(name="emulated-arm64", kind="emulated", backends=("portable",), suite_kinds=("probes",))
+        build = BuildResult(status="ok", kind="overlay+cmake", commit="e" * 40,
+                            package_dir=str(installed_package_dir(sys.executable)),
+                            build_dirs={"portable@aarch64-linux-gnu": again.artifacts_dir})
+        modes = [("runner prefix", ("qemu-aarch64-static",))]
+        try:
+            modes.insert(0, ("binfmt_misc", ()))
+            print(f"  binfmt: {emulated.register_binfmt()}")
+        except OSError as error:
+            modes.pop(0)
+            print(f"  binfmt_misc unavailable ({error})")
+        bundle = None
+        for mode, prefix in modes:
+            device = sshd.device("emu-1", transport="emulated", soc="emulated-arm64", runner="rebuilt",
+                                 backends=("portable",), runner_prefix=prefix)
+            target = DeviceTarget(spec_t, {}, inventory={"emu-1": device})
+            run = SuiteRun(Suite(name="probes", kind="probes", backends=("portable",)), build, spec_t.name,
+                           tmp / f"run-{len(prefix)}")
+            if bundle is None:
+                start = time.monotonic()
+                bundle, _ = target._export(run, run.work_dir(), ["portable"])
+                print(f"  export of the portable programs on the host: {time.monotonic() - start:.1f} s")
+            target.bundles[(build.commit, build.overlay_dir, ("portable",))] = bundle
+            totals, methods = [], []
+            for _ in range(args.n):
+                start = time.monotonic()
+                result = target.run(run)
+                totals.append(time.monotonic() - start)
+                methods.append(sum(t.seconds for t in result.tests))
+                if result.status != "ran" or any(t.outcome != "passed" for t in result.tests):
+                    print(f"run failed: {result.status} {result.reason} "
+                          f"{[(t.test, t.outcome, t.message) for t in result.tests]}")
+                    return 1
+            print(f"  one run of the {len(result.tests)} portable programs on emulated-arm64 via {mode} "
+                  f"(median of {args.n}): {statistics.median(totals):.2f} s "
+                  f"(min {min(totals):.2f}, max {max(totals):.2f}); in the methods: {statistics.median(methods):.2f} s")
     finally:
         sshd.stop()
         shutil.rmtree(tmp, ignore_errors=True)

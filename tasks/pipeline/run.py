@@ -120,7 +120,7 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
     head_build = build_commit(ws, tables, plan.head, plan.changed_files, plan.recipes, classify, progress,
                               toolchains)
     if head_build.status == "failed":
-        return _build_failed(ws, tables, plan, head_build, classify, progress, start)
+        return _build_failed(ws, tables, plan, head_build, classify, progress, start, toolchains)
 
     def record_durations(results, seconds, whole):
         if ws.use_cache:
@@ -278,10 +278,10 @@ def _retry(ws, tables, targets, head_build, keys, options, progress) -> dict:
     return retried
 
 
-def _build_failed(ws, tables, plan, head_build, classify, progress, start) -> Report:
+def _build_failed(ws, tables, plan, head_build, classify, progress, start, toolchains=("host",)) -> Report:
     """A build that fails at head is the change's unless it fails at the merge base too."""
     progress("head build failed; building the merge base to compare ...")
-    base_build = build_commit(ws, tables, plan.merge_base, [], plan.recipes, classify, progress)
+    base_build = build_commit(ws, tables, plan.merge_base, [], plan.recipes, classify, progress, toolchains)
     failure = compare.primary(head_build.failures) or Failure(  # e.g. an overlay that did not verify
         line=head_build.reason, line_no=0, category="build_failure")
     verdict = compare.judge([failure], failed_at_base=base_build.status == "failed")
