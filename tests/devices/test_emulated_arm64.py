@@ -200,11 +200,18 @@ def test_the_portable_runtime_cross_built_from_the_change_runs_on_the_emulated_d
 @pytest.mark.slow
 @pytest.mark.executorch
 @pytest.mark.timeout(3000)
+@pytest.mark.parametrize("mode", ["binfmt", "prefix"])
 def test_a_bug_in_a_portable_kernel_is_new_on_the_emulated_device_at_that_cpp(sshd, source_repo, native_data,
-                                                                            tmp_path):
+                                                                            tmp_path, mode, request):
+    """The sign bug of tests/native (op_add.cpp): new on the emulated device, naming it, with
+    op_add.cpp the top suspect; the runner started by binfmt_misc, then by the inventory's prefix."""
     _need("aarch64-linux-gnu-g++", "qemu-aarch64-static")
-    head = source_repo.branch("arm64-add-sign", {OP_ADD: second(REAL_ADD, "return val_a - val_alpha * val_b;")})
-    data, log = triage_on_both(source_repo, native_data, head, emulated_device(sshd), tmp_path)
+    if mode == "binfmt":
+        request.getfixturevalue("binfmt")
+    device = emulated_device(sshd, runner_prefix=("qemu-aarch64-static",) if mode == "prefix" else ())
+    head = source_repo.branch(f"arm64-add-sign-{mode}",
+                              {OP_ADD: second(REAL_ADD, "return val_a - val_alpha * val_b;")})
+    data, log = triage_on_both(source_repo, native_data, head, device, tmp_path)
     new = [r for r in data["results"] if r["verdict"] == "new" and r["target"] == "emulated-arm64"]
     assert new, (data["summary"], log[-3000:])
     for verdict in new:
