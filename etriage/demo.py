@@ -16,6 +16,8 @@ import re
 import shutil
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import tasks.probes
@@ -131,8 +133,23 @@ def _demo(args, root: Path, log_file: Path, started: float) -> int:
         wait_published(service, args.timeout)
         ci_demo(service, base, head, args.timeout)
         print(render(double, head), flush=True)
+        dashboard, shown = dashboard_page(service.url)
     say(f"done in {time.monotonic() - started:.0f}s; the worker's log: {log_file}")
+    say(f"the dashboard's page of {REPO}#{PR}: {dashboard} ({shown}; served while the demo ran, "
+        "`etriage serve` keeps one up)")
     return 0
+
+
+def dashboard_page(base_url: str) -> tuple[str, str]:
+    """The PR's dashboard URL, and what it answered while the service was up."""
+    url = f"{base_url}/dashboard/pr/{REPO}/{PR}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return url, f"answered {answer.status}"
+    except urllib.error.HTTPError as error:
+        return url, f"answered {error.code}"
+    except OSError as error:
+        return url, f"not reachable: {error}"
 
 
 def follow_check_run(double, head: str, timeout: float) -> dict:

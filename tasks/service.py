@@ -19,6 +19,7 @@ from bot import commands
 from bot.commands import code_may_run
 from bot.github_client import (Annotation, GitHubClient, GitHubConfig, GitHubError,
                                redis_lock)
+from bot.history import History, RunInfo
 from bot.publisher import Publisher
 from bot.queues import head_key
 from bot.repo_config import PATH, RepoConfig, RepoConfigCache, RepoConfigError
@@ -276,6 +277,8 @@ def triage_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
         ctx.checkpoint(repo, pr, head_sha)
         record_report(ctx, repo, head_sha, report)
         payload = report_payload(head_sha, report, notes, ctx.store.ignored_failures(repo, pr))
+        History(ctx.store).record_run(report, RunInfo(repo, pr, trigger=reason, author=pull["author"],
+                                                      comment=payload.section))  # the dashboard's history
     add_config_check(payload, config_change_check(gh, repo, pr, head_sha))
     publish(ctx, repo, pr, installation_id, payload)
     return payload.check_conclusion or "published"
