@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import socket
 import subprocess
 import sys
@@ -117,6 +118,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--prs", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="alternate the two apps this many times; medians are reported (a busy machine "
+                             "changes between rounds, not within one pair)")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         print("bench/webhook_load.py needs wrk (`apt-get install wrk`; scripts/system-deps.sh installs it)",
@@ -131,23 +135,30 @@ def main() -> int:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work),
                "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url, "ETRIAGE_WEBHOOK_SECRET": SECRET,
                "ETRIAGE_GITHUB_TOKEN": "bench", "ETRIAGE_DATA_DIR": str(work / "data")}
-        results = {}
-        for name, app in (("bare Flask, 204", "bare_app:app"), ("etriage webhook", "bot.wsgi:app")):
-            port = free_port()
-            proc = start_gunicorn(app, port, env, work)
-            try:
-                wrk(port, script, 2)  # warm-up: imports, connections, the broker
-                results[name] = wrk(port, script, args.seconds)
-            finally:
+        apps = {"bare Flask, 204": "bare_app:app", "etriage webhook": "bot.wsgi:app"}
+        procs, ports, rounds = {}, {}, {name: [] for name in apps}
+        try:
+            for name, app in apps.items():
+                ports[name] = free_port()
+                procs[name] = start_gunicorn(app, ports[name], env, work)
+                wrk(ports[name], script, 2)  # warm-up: imports, connections, the broker
+            for _ in range(args.rounds):
+                for name in apps:
+                    rounds[name].append(wrk(ports[name], script, args.seconds))
+        finally:
+            for proc in procs.values():
                 proc.terminate()
                 proc.wait(timeout=30)
-    print(f"wrk -t1 -c16 -d{args.seconds}s, {args.prs} PRs, {PAYLOAD.stat().st_size // 1000} kB deliveries, "
+        results = {name: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+                   for name, runs in rounds.items()}
+    print(f"wrk -t1 -c16 -d{args.seconds}s x {args.rounds} rounds alternating (medians), {args.prs} PRs, {PAYLOAD.stat().st_size // 1000} kB deliveries, "
           f"gunicorn {' '.join(GUNICORN)}")
     for name, r in results.items():
         print(f"{name:18} {r['rps']:8.0f} requests/s  p50 {r['p50']:.1f} ms  p99 {r['p99']:.1f} ms"
               + (f"  non-2xx {r['non_2xx']}" if r["non_2xx"] else ""))
     bare, ours = results["bare Flask, 204"], results["etriage webhook"]
-    print(f"ratio etriage / bare: {ours['rps'] / bare['rps']:.2f}")
+    pairs = [e["rps"] / b["rps"] for b, e in zip(rounds["bare Flask, 204"], rounds["etriage webhook"])]
+    print(f"ratio etriage / bare: {ours['rps'] / bare['rps']:.2f} (per round: {', '.join(f'{r:.2f}' for r in pairs)})")
     return 0
 
 

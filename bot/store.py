@@ -22,6 +22,8 @@ from sqlalchemy import (JSON, Boolean, Column, DateTime, Float, Integer, MetaDat
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
+from bot.history import history_tables
+
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
@@ -172,6 +174,7 @@ class Store:
         self.prefix = prefix
         self.metadata = MetaData()
         self.t = _tables(self.metadata, prefix)
+        history_tables(self.metadata, prefix)  # one schema: drop_all and the drift check see them too
         self._create_tables()
 
     def _create_tables(self, attempts: int = 3) -> None:

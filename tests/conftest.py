@@ -59,3 +59,14 @@ def postgres_url():
     except OSError:
         pytest.skip("no PostgreSQL on 127.0.0.1:5432 and ETRIAGE_TEST_POSTGRES_URL unset")
     return "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture
+def unused_redis_url() -> str:
+    """A port nothing listens on: connections are refused at once, like a Redis that is down."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"redis://127.0.0.1:{port}/0"

@@ -7,6 +7,7 @@ from typing import Mapping
 
 from flask import current_app
 
+from bot.dashboard.counts import DeliveryCounts
 from bot.dashboard.queries import Dashboard
 from bot.history import History
 from bot.store import Store
@@ -47,6 +48,7 @@ class DashboardState:
         self.config = config
         self.settings = settings
         self.redis = redis_client
+        self.deliveries = DeliveryCounts(redis_client)
         self._dashboard: Dashboard | None = None
         self._lock = threading.Lock()
 

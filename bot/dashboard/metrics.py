@@ -3,8 +3,9 @@
 Workers are separate processes and gunicorn runs several web workers, so in-process counters
 would each see a slice. Instead a custom collector asks, per scrape:
 - Redis: each queue's depth and oldest task age, and webhook deliveries by event and outcome
-  (counted in a Redis hash by an after-request hook on POST /webhook, in whichever web process;
-  a 503, Redis being down, is not counted);
+  (counted in each web process by an after-request hook on POST /webhook and added to a Redis
+  hash at most once a second by a daemon thread, so a delivery pays no Redis round trip for its
+  metrics; a process that dies loses at most its last second of counts);
 - the database: task durations per stage (a histogram over every recorded run), verdicts by
   category and runs by status.
 """
@@ -22,11 +23,11 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from bot.dashboard.context import state
+from bot.dashboard.counts import DELIVERIES
 from bot.dashboard.queries import queues
 
 log = logging.getLogger(__name__)
 blueprint = Blueprint("dashboard_metrics", __name__)
-DELIVERIES = "etriage:metrics:deliveries"  # hash "event|outcome" -> count
 STAGE_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 # The stages a run's stage_seconds may name (bot.history records build, suites and the rest
 # together when the pipeline does not time them apart).
@@ -41,15 +42,15 @@ def outcome_of(status: int) -> str:
     return "rejected" if status < 500 else "error"
 
 
+def delivery_counts() -> DeliveryCounts:
+    return state().deliveries
+
+
 @blueprint.after_app_request
 def _count_delivery(response):
-    # A 503 means Redis is down: counting there would only add its timeout to the answer.
-    if request.method == "POST" and request.path == "/webhook" and response.status_code != 503:
+    if request.method == "POST" and request.path == "/webhook":
         event = (request.headers.get("X-GitHub-Event") or "unknown")[:40]
-        try:
-            state().redis.hincrby(DELIVERIES, f"{event}|{outcome_of(response.status_code)}", 1)
-        except redis.RedisError as error:  # the delivery's own answer already says Redis is down
-            log.warning("delivery not counted: %s", error)
+        delivery_counts().add(event, outcome_of(response.status_code))
     return response
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import time
 
 import redis
 from prometheus_client.parser import text_string_to_metric_families
@@ -37,11 +38,32 @@ def test_deliveries_by_event_and_outcome(seeded_sqlite, redis_url):
     assert client.post("/webhook", data=body, headers={
         "X-GitHub-Event": "pull_request", "X-GitHub-Delivery": "d-metrics-2", "X-Hub-Signature-256": "sha256=00",
         "Content-Type": "application/json"}).status_code == 401
+    assert client.application.extensions["etriage-dashboard"].deliveries.flush() == 2  # what the thread does each second
     other_process = make_app(seeded_sqlite, redis_url).test_client()  # another web worker's view
     samples = scrape(other_process)
     assert samples[("etriage_webhook_deliveries_total", (("event", "ping"), ("outcome", "accepted")))] == 1
     assert samples[("etriage_webhook_deliveries_total",
                     (("event", "pull_request"), ("outcome", "bad_signature")))] == 1
+
+
+def test_delivery_counts_reach_redis_within_a_second_and_survive_an_outage(redis_url, unused_redis_url):
+    from bot.dashboard.counts import DeliveryCounts
+
+    client = redis.Redis.from_url(redis_url)
+    client.delete(DELIVERIES)
+    down = DeliveryCounts(redis.Redis.from_url(unused_redis_url), interval=3600)
+    down.add("push", "accepted")
+    assert down.flush() == 0  # Redis down: kept for the next flush
+    down.redis = client
+    down.add("push", "accepted")
+    assert down.flush() == 2 and client.hget(DELIVERIES, "push|accepted") == b"2"
+    counts = DeliveryCounts(client, interval=0.05)
+    counts.add("ping", "accepted")  # starts the flushing thread
+    deadline = time.monotonic() + 10
+    while client.hget(DELIVERIES, "ping|accepted") is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert client.hget(DELIVERIES, "ping|accepted") == b"1"
+    client.delete(DELIVERIES)
 
 
 def test_queue_depths_stages_and_verdicts(seeded_sqlite, redis_url):

@@ -142,13 +142,3 @@ def store(tmp_path):
     yield store
     store.close()
 
-
-@pytest.fixture
-def unused_redis_url() -> str:
-    """A port nothing listens on: connections are refused at once, like a Redis that is down."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"redis://127.0.0.1:{port}/0"
