@@ -423,17 +423,24 @@ class History:
     def trunk_cluster(self, primary_line: str, fingerprint: str = "") -> dict | None:
         """The cluster a failure would join when that cluster was seen on trunk: evidence the
         failure is pre-existing (the comment can link it)."""
-        c, f = self.t["clusters"], self.t["failure_events"]
+        return self.trunk_clusters([(primary_line, fingerprint)])[0]
+
+    def trunk_clusters(self, failures: list[tuple[str, str]]) -> list[dict | None]:
+        """`trunk_cluster` for each (primary line, fingerprint), the clusters read once."""
+        c = self.t["clusters"]
         with self.engine.connect() as conn:
             clusterer = self._clusterer(conn)
-            cid = clusterer.by_fingerprint.get(fingerprint)
-            if cid is None:
-                found = clusterer.find(cluster_text(primary_line))
-                cid = found.id if found else None
-            if cid is None:
-                return None
-            row = conn.execute(select(c).where(c.c.id == cid, c.c.trunk_failures > 0)).mappings().first()
-        return dict(row) if row else None
+            ids = []
+            for primary_line, fingerprint in failures:
+                cid = clusterer.by_fingerprint.get(fingerprint) if fingerprint else None
+                if cid is None and primary_line:
+                    found = clusterer.find(cluster_text(primary_line))
+                    cid = found.id if found else None
+                ids.append(cid)
+            wanted = sorted({cid for cid in ids if cid is not None})
+            rows = {row["id"]: dict(row) for row in conn.execute(
+                select(c).where(c.c.id.in_(wanted), c.c.trunk_failures > 0)).mappings()} if wanted else {}
+        return [rows.get(cid) for cid in ids]
 
     # ---- devices ---------------------------------------------------------------------------
     def upsert_device(self, **device) -> None:

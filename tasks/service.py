@@ -276,12 +276,30 @@ def triage_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
                               select_all=reason == "run:all", targets_named=named)
         ctx.checkpoint(repo, pr, head_sha)
         record_report(ctx, repo, head_sha, report)
+        notes += trunk_notes(History(ctx.store), report, ctx.options.public_url)
         payload = report_payload(head_sha, report, notes, ctx.store.ignored_failures(repo, pr))
         History(ctx.store).record_run(report, RunInfo(repo, pr, trigger=reason, author=pull["author"],
                                                       comment=payload.section))  # the dashboard's history
     add_config_check(payload, config_change_check(gh, repo, pr, head_sha))
     publish(ctx, repo, pr, installation_id, payload)
     return payload.check_conclusion or "published"
+
+
+def trunk_notes(history: History, report: Report, public_url: str = "") -> list[str]:
+    """A note per new failure whose cluster (the dashboard's: same fingerprint, or a primary line
+    near enough) was seen failing on trunk: evidence it is not this change's, with the link."""
+    new = [v for v in report.results if v.verdict == "new"]
+    clusters = history.trunk_clusters([(v.primary_line, v.failure.fingerprint if v.failure else "") for v in new])
+    notes = []
+    for verdict, cluster in zip(new, clusters):
+        if cluster is None:
+            continue
+        where = f"{public_url}/dashboard/clusters/{cluster['id']}" if public_url else f"cluster `{cluster['id']}`"
+        last = cluster.get("last_seen")
+        notes.append(f"`{verdict.test}` looks like a failure already seen on trunk ({cluster['trunk_failures']} "
+                     f"trunk failure(s){f', last {last:%Y-%m-%d}' if last else ''}): {where}. It may be "
+                     "pre-existing or flaky on trunk rather than caused by this change.")
+    return notes
 
 
 def may_run(ctx: WorkerContext, gh: GitHubClient, repo: str, pr: int, pull: dict) -> bool:

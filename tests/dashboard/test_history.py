@@ -193,3 +193,21 @@ def test_the_seed_is_deterministic_and_its_clusters_stable(tmp_path, shared_dir)
             assert sorted((c["id"], c["failures"]) for c in _rows(history, "clusters")) == made[-1][1]
         store.close()
     assert made[0] == made[1] and made[0][0]["clusters"] > 5
+
+
+def test_the_comment_notes_a_new_failure_whose_cluster_failed_on_trunk(history):
+    from tasks.service import report_payload, trunk_notes
+
+    history.record_run(make_report("t1", failing={"t::kv": ("new", KV_LINE.format(n=0))}),
+                       RunInfo("o/r", 0, trigger="push"))  # trunk
+    history.record_run(make_report("h4", failing={"t::route": ("new", ROUTE.format(n=1))}), RunInfo("o/r", 10))
+    [kv] = [c for c in _rows(history, "clusters") if c["trunk_failures"]]
+    head = make_report("h9", failing={"t::kv2": ("new", KV_LINE.format(n=41)), "t::route": ("new", ROUTE.format(n=9)),
+                                      "t::other": ("new", "SegFault in something else entirely")})
+    notes = trunk_notes(history, head, "https://etriage.example")
+    assert len(notes) == 1  # the route failure was seen on PRs only, the other one nowhere
+    assert notes[0].startswith("`t::kv2` looks like a failure already seen on trunk (1 trunk failure(s), last ")
+    assert f"https://etriage.example/dashboard/clusters/{kv['id']}" in notes[0]
+    assert f"cluster `{kv['id']}`" in trunk_notes(history, head)[0]  # no public URL: the id
+    section = report_payload("h9", head, notes).section
+    assert f"> {notes[0]}" in section  # quoted under the section's title, kept for re-renders
