@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tasks.devices import emulated, userland
 from tasks.devices.android import AdbServer
 from tasks.devices.faults import DeviceFault
 from tasks.devices.inventory import Device
@@ -203,3 +204,100 @@ def adb_server():
     yield adb, port, server
     proc.terminate()
     proc.wait(timeout=10)
+
+
+# --- the emulated arm64 userland (tasks/devices/userland.py): its own sshd in a network namespace
+
+def _run(cmd: list[str]) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:6])}... exited {done.returncode}: {(done.stdout + done.stderr)[-2000:]}")
+
+
+def userland_problem() -> str:
+    """Why this machine cannot host the arm64 userland device ('' when it can)."""
+    if os.geteuid() != 0:
+        return "the arm64 userland device needs root (debootstrap, a network namespace, chroot)"
+    missing = [tool for tool in ("debootstrap", "qemu-aarch64-static", "ip", "unshare", "chroot")
+               if not shutil.which(tool)]
+    if missing:
+        return f"needs {', '.join(missing)} (scripts/system-deps.sh)"
+    return ""
+
+
+def build_userland(data_dir: Path | None = None) -> Path:
+    """The cached arm64 userland (built on first use: minutes). Registers qemu-aarch64 in
+    binfmt_misc (F flag) first: debootstrap's second stage runs the userland's programs."""
+    problem = userland_problem()
+    if problem:
+        pytest.skip(problem)
+    try:
+        emulated.register_binfmt()
+    except OSError as error:
+        pytest.skip(f"binfmt_misc unavailable here ({error})")
+    data_dir = data_dir or Path(os.environ.get("ETRIAGE_DATA_DIR") or Path.home() / ".cache" / "etriage")
+    return userland.Userland(userland.host_suite()).build(data_dir, _run)
+
+
+class EmulatedUserland:
+    """The userland's own aarch64 sshd, chrooted, in a fresh network namespace reached over a
+    veth pair; start(), stop(), pull_the_plug() (SIGKILL to it and everything under it)."""
+
+    def __init__(self, root: Path, state: Path):
+        self.state = state
+        state.mkdir(parents=True, exist_ok=True)
+        index = os.getpid() % 200 + 20
+        network = userland.Network(f"etriage-emu-{os.getpid()}-{index}", index)
+        self.launch = userland.Launch(root=root, state=state, network=network)
+        self.client_key, self.host_key = state / "client_key", state / "host_key"
+        _keygen(self.client_key)
+        _keygen(self.host_key)
+        self.launch.write_files(self.host_key, Path(f"{self.client_key}.pub").read_text())
+        self.known_hosts = state / "known_hosts"
+        self.known_hosts.write_text(self.launch.known_hosts_line(Path(f"{self.host_key}.pub").read_text()))
+        userland.network_up(network, _run)
+        self.proc = None
+
+    def start(self) -> None:
+        ip = self.launch.network.device_ip
+        self.proc = subprocess.Popen(self.launch.sshd_command(), stdout=subprocess.DEVNULL,
+                                     stderr=open(self.state / "sshd.log", "ab"), start_new_session=True)
+        for _ in range(1200):  # an emulated sshd starts in seconds, not milliseconds
+            if self.proc.poll() is not None:
+                pytest.fail(f"the emulated sshd exited: {(self.state / 'sshd.log').read_text()[-2000:]}")
+            with contextlib.suppress(OSError), socket.create_connection((ip, self.launch.port), timeout=1):
+                return
+            time.sleep(0.05)
+        pytest.fail("the emulated sshd did not start listening")
+
+    # the device vanishes: SIGKILL to its sshd and every process under it (sessions call setsid)
+    pull_the_plug = stop = Sshd.pull_the_plug
+
+    def close(self) -> None:
+        self.stop()
+        for cmd in self.launch.network.down_commands():
+            subprocess.run(cmd, capture_output=True)
+
+    def device(self, device_id: str = "arm64-1", **fields) -> Device:
+        values = dict(transport="emulated", address=self.launch.address(), soc="emulated-arm64", runner="rebuilt",
+                      runtime=("false",), work_root=self.launch.work_root, min_free_mb=1,
+                      identity=str(self.client_key), known_hosts=str(self.known_hosts), backends=("portable",))
+        values.update(fields)
+        return Device(id=device_id, **values)
+
+
+@pytest.fixture(scope="module")
+def arm64_userland():
+    return build_userland()
+
+
+@pytest.fixture
+def emulated_userland(arm64_userland):
+    state = Path(tempfile.mkdtemp(prefix="etriage-emu-"))
+    server = EmulatedUserland(arm64_userland, state)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+        shutil.rmtree(state, ignore_errors=True)
