@@ -29,6 +29,8 @@ command -v ssh >/dev/null 2>&1 || want+=(openssh-client)
 command -v adb >/dev/null 2>&1 || want+=(adb)
 command -v qemu-aarch64-static >/dev/null 2>&1 || want+=(qemu-user-static)
 command -v debootstrap >/dev/null 2>&1 || want+=(debootstrap)
+# The userland's sshd lives in a network namespace reached over a veth pair (ip netns, ip link).
+command -v ip >/dev/null 2>&1 || want+=(iproute2)
 command -v aarch64-linux-gnu-g++ >/dev/null 2>&1 || want+=(g++-aarch64-linux-gnu)
 # The loopback ssh device of tests/devices/ logs in as this unprivileged user (sshd runs as it).
 if [ "$(id -u)" = 0 ] && ! id etriage-device >/dev/null 2>&1; then
