@@ -2,7 +2,7 @@
 tests do) running the probes' programs with the executorch pybindings, and the pool's lease.
 
     .venv/bin/python bench/devices.py [-n 3] [--backends portable[,xnnpack]] [--redis URL]
-    .venv/bin/python bench/devices.py --emulated [--cold] [-n 3]
+    .venv/bin/python bench/devices.py --emulated [--cold] [--userland] [-n 3]
 
 Prints, per stage: the export of the programs on the host (the change's Python, in the sandbox,
 once per commit), then per run on the device: connect + health check + push + every method +
@@ -11,8 +11,9 @@ trip on Redis (acquire + release, median of 200). With --emulated, the emulated-
 instead: the portable recipe's executor_runner cross-built for aarch64 from ExecuTorch's real
 sources (../shared/executorch-src/; the native tests' data dir and compiler cache, or with --cold
 an empty one), rebuilt after a one-.cpp change, and the portable programs run with it on the
-loopback sshd under QEMU user mode, via binfmt_misc and via the runner prefix. Asserts nothing
-about speed.
+loopback sshd under QEMU user mode, via binfmt_misc and via the runner prefix; with --userland
+also on the arm64 Debian userland's own sshd in a network namespace (tasks/devices/userland.py:
+its build, cold when not cached yet, and its sshd's start-up). Asserts nothing about speed.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "devices"))
 
 import redis  # noqa: E402
-from conftest import Sshd  # noqa: E402  the tests' loopback sshd
+from conftest import EmulatedUserland, Sshd, build_userland  # noqa: E402  the tests' sshd and arm64 userland
 
 import tests.native.conftest as native_conftest  # noqa: E402  the native tests' sources and git settings
 from tasks.devices import emulated  # noqa: E402
@@ -54,6 +55,8 @@ def main() -> int:
     parser.add_argument("--redis", default="", help="a Redis URL for the lease figure (default: embedded)")
     parser.add_argument("--emulated", action="store_true", help="the emulated-arm64 device and its cross build")
     parser.add_argument("--cold", action="store_true", help="with --emulated: an empty compiler cache and data dir")
+    parser.add_argument("--userland", action="store_true",
+                        help="with --emulated: also the arm64 userland's own sshd in a network namespace")
     args = parser.parse_args()
     if args.emulated:
         return _emulated(args)
@@ -112,6 +115,7 @@ def _emulated(args) -> int:
     sshd_root = Path(tempfile.mkdtemp(prefix="etriage-sshd-"))
     sshd = Sshd(sshd_root)
     sshd.start()
+    land = None
     try:
         with tarfile.open(native_conftest.TARBALL) as tar:
             tar.extractall(repo.parent, filter="data")
@@ -151,13 +155,30 @@ def _emulated(args) -> int:
         except OSError as error:
             modes.pop(0)
             print(f"  binfmt_misc unavailable ({error})")
+        devices = [(mode, sshd.device("emu-1", transport="emulated", soc="emulated-arm64", runner="rebuilt",
+                                      backends=("portable",), runner_prefix=prefix)) for mode, prefix in modes]
+        if args.userland:
+            start = time.monotonic()
+            root = build_userland()
+            took = time.monotonic() - start
+            built = (root / ".etriage-complete").read_text().splitlines()[-1]
+            print(f"  arm64 userland {root.name}: {f'built now in {took:.0f} s' if took > 5 else f'cached ({built})'}")
+            land = EmulatedUserland(root, tmp / "userland")
+            starts = []
+            for _ in range(args.n):
+                start = time.monotonic()
+                land.start()
+                starts.append(time.monotonic() - start)
+                land.stop()
+            print(f"  start-up of the userland's sshd until it accepts a connection (median of {args.n}): "
+                  f"{statistics.median(starts):.2f} s")
+            land.start()
+            devices.append(("the arm64 userland's own sshd (netns, no prefix)", land.device("emu-1")))
         bundle = None
-        for mode, prefix in modes:
-            device = sshd.device("emu-1", transport="emulated", soc="emulated-arm64", runner="rebuilt",
-                                 backends=("portable",), runner_prefix=prefix)
+        for index, (mode, device) in enumerate(devices):
             target = DeviceTarget(spec_t, {}, inventory={"emu-1": device})
             run = SuiteRun(Suite(name="probes", kind="probes", backends=("portable",)), build, spec_t.name,
-                           tmp / f"run-{len(prefix)}")
+                           tmp / f"run-{index}")
             if bundle is None:
                 start = time.monotonic()
                 bundle, _ = target._export(run, run.work_dir(), ["portable"])
@@ -178,6 +199,8 @@ def _emulated(args) -> int:
                   f"(min {min(totals):.2f}, max {max(totals):.2f}); in the methods: {statistics.median(methods):.2f} s")
     finally:
         sshd.stop()
+        if land:
+            land.close()
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(sshd_root, ignore_errors=True)
     return 0
