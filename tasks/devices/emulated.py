@@ -8,7 +8,8 @@ any device, whose aarch64 programs run under QEMU user mode. Two ways, both supp
   inventory's `runner_prefix`, else the `qemu-aarch64-static` (or `qemu-aarch64`) found on the
   device's PATH.
 
-With a real arm64 userland (debootstrap) under binfmt, `uname -m` itself says aarch64. On an x86
+With a real arm64 userland (tasks/devices/userland.py: debootstrap, its own sshd chrooted in a
+network namespace) `uname -m` itself says aarch64 and the probe says `native`. On an x86
 host account it says x86_64: the device is then an emulated aarch64 only when one of the two ways
 above is there, and the health check (tasks/devices/connect.py) asks `machine()` here, which
 says `aarch64` only then. The change's executor_runner for it is the native recipes'
