@@ -261,6 +261,13 @@ class Store:
             return list(conn.execute(select(t.c.pr).where(
                 t.c.repo == repo, t.c.head_sha == head_sha, t.c.state == "open")).scalars())
 
+    def base_refs(self, repo: str) -> set[str]:
+        """The branches this repository's pull requests target (its trunk, and release branches)."""
+        t = self.t["pull_requests"]
+        with self.engine.connect() as conn:
+            return {ref for ref in conn.execute(select(t.c.base_ref).where(
+                t.c.repo == repo, t.c.base_ref.is_not(None)).distinct()).scalars() if ref}
+
     # ---- runs, results, failures ---------------------------------------------------------------
     def start_run(self, repo: str, pr: int, head_sha: str, kind: str) -> int:
         """The run row for (repo, pr, head_sha, kind), created once and reused by redeliveries."""

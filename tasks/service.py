@@ -7,6 +7,7 @@ writing to GitHub, and every write is keyed, so a redelivered or superseded task
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import subprocess
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from bot import commands
 from bot.commands import code_may_run
 from bot.github_client import (Annotation, GitHubClient, GitHubConfig, GitHubError,
                                redis_lock)
-from bot.history import History, RunInfo
+from bot.history import TRUNK, History, RunInfo
 from bot.publisher import Publisher
 from bot.queues import head_key
 from bot.repo_config import PATH, RepoConfig, RepoConfigCache, RepoConfigError
@@ -515,10 +516,12 @@ def triage_ci(ctx: WorkerContext, repo: str, head_sha: str, installation_id: int
         ctx.store.record_failures(repo, head_sha, f"ci:{job['name']}", failures)
         found += [(job, failure) for failure in failures]
     prs = ctx.store.pulls_with_head(repo, head_sha) or gh.pulls_for_commit(repo, head_sha)
+    judged = 0
     for pr in prs:
         pull = gh.pull(repo, pr)
         if pull["head_sha"] != head_sha:
             continue  # CI of an older push: the newer push has (or will have) its own
+        judged += 1
         ctx.store.record_pull(repo, pr, head_sha, base_ref=pull["base_ref"],
                               base_sha=pull["base_sha"], installation_id=installation_id)
         merge_base, exact = ci_merge_base(ctx, repo, pull)
@@ -526,8 +529,26 @@ def triage_ci(ctx: WorkerContext, repo: str, head_sha: str, installation_id: int
                           jobs=[j["name"] for j in failed],
                           results=compare.decide_ci(found, ctx.store.failure_fingerprints(repo, merge_base)))
         record_verdicts(ctx, repo, head_sha, report.results, source=lambda v: f"ci:{v.suite}")
-        publish(ctx, repo, pr, installation_id, ci_payload(report, ctx.store.ignored_failures(repo, pr)))
-    return f"{len(failed)} failed job(s), {len(prs)} pull request(s)"
+        payload = ci_payload(report, ctx.store.ignored_failures(repo, pr))
+        record_ci_history(ctx, repo, pr, report, comment=payload.section)
+        publish(ctx, repo, pr, installation_id, payload)
+    trunk = sorted({j.get("head_branch") for j in failed} & ctx.store.base_refs(repo))
+    if not judged and trunk:  # CI of a branch the PRs target: what is broken on trunk, for the dashboard
+        record_ci_history(ctx, repo, TRUNK, CiReport(head=head_sha, merge_base=None, merge_base_exact=False,
+                                                     jobs=[j["name"] for j in failed],
+                                                     results=compare.decide_ci(found, set())))
+    return (f"{len(failed)} failed job(s), {judged} pull request(s)"
+            + (f", trunk {trunk[0]}" if trunk and not judged else ""))
+
+
+def record_ci_history(ctx: WorkerContext, repo: str, pr: int, report: CiReport, *, comment: str = "") -> None:
+    """A CI-log triage in the dashboard's history: each failed job a suite on target `ci`, its
+    failures clustered with the bot's own (trunk's are the evidence a PR's failure pre-exists)."""
+    data = report.to_dict()
+    data.update(suites=[], summary=compare.tally(report.results), base=report.merge_base or "")
+    jobs = hashlib.sha1("\n".join(sorted(report.jobs)).encode()).hexdigest()[:12]  # one run per set of jobs
+    History(ctx.store).record_run(data, RunInfo(repo, pr, trigger="ci", kind="ci", comment=comment,
+                                                key=f"{repo}#{pr}@{report.head}:ci:{jobs}"))
 
 
 def ci_merge_base(ctx: WorkerContext, repo: str, pull: dict) -> tuple[str, bool]:

@@ -656,6 +656,7 @@ def _job_json(d, repo, job):
     data = d.fixture("actions-get-job-for-workflow-run.json")
     data.update(id=job["id"], run_id=job["run_id"], head_sha=job["head_sha"], name=job["name"],
                 conclusion=job.get("conclusion", "failure"), status="completed",
+                head_branch=job.get("head_branch", data["head_branch"]),
                 url=f"{d.url}/repos/{repo}/actions/jobs/{job['id']}",
                 run_url=f"{d.url}/repos/{repo}/actions/runs/{job['run_id']}")
     return data

@@ -37,3 +37,45 @@ def test_a_triaged_pull_request_has_its_dashboard_page(web, workers, payloads): 
         assert "documentation-only change" in api["comment"]  # the section the PR comment carries
     finally:
         store.close()
+
+
+def test_ci_logs_land_in_the_history_and_trunk_ci_feeds_the_clusters(web, workers, payloads):  # noqa: F811
+    """A failed CI job of a PR is a `ci` run of that PR; a failed CI job on the branch the PRs
+    target (no PR of its own) is a trunk run, so the same failure on a PR joins a cluster seen
+    on trunk."""
+    from sqlalchemy import select
+
+    from bot.history import TRUNK
+    from tests.service.github_double import ci_log
+
+    workers()
+    log = ci_log("pytest_failure.txt")
+    web.double.add_workflow_run(REPO, 201, web.head, [
+        {"id": 61, "name": "unittest / linux", "conclusion": "failure", "log": log}])
+    assert web.post("workflow_run", payloads.workflow_run(201, web.head)).status_code == 202
+    store = web.store()
+    history = History(store)
+    runs = history.t["triage_runs"]
+
+    def ci_runs(pr):
+        with history.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(select(runs).where(
+                runs.c.kind == "ci", runs.c.pr == pr, runs.c.status == "completed")).mappings()]
+
+    try:
+        [pr_run] = web.double.wait_for(lambda: ci_runs(PR), 60, "the PR's CI run in the history")
+        assert pr_run["head_sha"] == web.head and pr_run["counts"]["new"] >= 1
+        [base_ref] = store.base_refs(REPO)  # recorded from the PR when its CI was triaged
+        web.double.add_workflow_run(REPO, 202, "f" * 40, [
+            {"id": 62, "name": "unittest / linux", "conclusion": "failure", "log": log, "head_branch": base_ref}])
+        assert web.post("workflow_run", payloads.workflow_run(202, "f" * 40)).status_code == 202
+        [trunk_run] = web.double.wait_for(lambda: ci_runs(TRUNK), 60, "the trunk CI run in the history")
+        assert trunk_run["head_sha"] == "f" * 40
+        failures = history.t["failure_events"]
+        with history.engine.connect() as conn:
+            rows = conn.execute(select(failures.c.pr, failures.c.cluster_id, failures.c.primary_line)).all()
+        on = {pr: {r.cluster_id for r in rows if r.pr == pr} for pr in (PR, TRUNK)}
+        assert on[PR] and on[PR] == on[TRUNK]  # the same failures: the same clusters, seen on trunk
+        assert {history.trunk_cluster(r.primary_line)["id"] for r in rows if r.pr == PR} == on[PR]
+    finally:
+        store.close()
