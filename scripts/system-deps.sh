@@ -20,6 +20,9 @@ command -v wrk >/dev/null 2>&1 || want+=(wrk)  # bench/webhook_load.py's load ge
 # Native rebuilds (tasks/pipeline/native.py): Ninja and a compiler cache.
 command -v ninja >/dev/null 2>&1 || want+=(ninja-build)
 command -v ccache >/dev/null 2>&1 || want+=(ccache)
+# ExecuTorch's own C++ tests (suite cxx_tests): googletest's sources and headers from Debian.
+[ -f /usr/src/googletest/CMakeLists.txt ] || want+=(libgtest-dev)
+[ -f /usr/include/gmock/gmock.h ] || want+=(libgmock-dev)
 # The dashboard's browser tests: Debian's headless Chromium (no browser download).
 command -v chromium >/dev/null 2>&1 || want+=(chromium)
 # Device targets: a real OpenSSH server for the ssh target, adb for Android, an emulated arm64

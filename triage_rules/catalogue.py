@@ -20,7 +20,7 @@ from triage_rules import yamlmodel as ym
 from triage_rules.records import CATEGORIES
 
 TABLES = Path(__file__).resolve().parent / "tables"
-SUITE_KINDS = ("pytest", "probes", "qnn", "selected")
+SUITE_KINDS = ("pytest", "probes", "qnn", "selected", "cxx")
 AREA_BACKENDS = ("all", "from_path")  # besides a list: every backend, or backends/<name>/...
 
 
@@ -109,6 +109,7 @@ class RecipeYaml(ym.StrictModel):
     paths: Strings = ()  # cmake: changed paths that rebuild it; empty: `inputs`
     artifacts: Strings = ()  # cmake: files kept from the build folder
     requires_env: Strings = ()  # cmake: variables the worker must set, else not run
+    for_suites: Strings = ()  # cmake: built only when one of these suites is planned (empty: always)
 
 
 class RecipesYaml(ym.StrictModel):

@@ -78,6 +78,30 @@ class Toolchain:
 
 
 TOOLCHAINS = {"host": Toolchain("host"), "aarch64-linux-gnu": Toolchain("aarch64-linux-gnu", AARCH64_TOOLCHAIN)}
+# ExecuTorch's tests (-DEXECUTORCH_BUILD_TESTS=ON) add_subdirectory(third-party/googletest), a
+# submodule the sources' archive leaves out: Debian's googletest sources (libgtest-dev's source
+# package, /usr/src/googletest) stand in when the checkout's copy has no CMakeLists.txt.
+GOOGLETEST = ("third-party/googletest", Path("/usr/src/googletest"))
+
+
+def needs_googletest(recipe: Recipe) -> bool:
+    return any(_cmake_bool(a.partition("=")[2]) == "ON" for c in recipe.commands[:1] for a in c
+               if a.startswith("-DEXECUTORCH_BUILD_TESTS="))
+
+
+def provide_googletest(src: Path, system: Path = GOOGLETEST[1]) -> str:
+    """Fill the checkout's googletest submodule from the system's sources when it is missing;
+    returns why it cannot be ("" when the checkout has it now)."""
+    target = src / GOOGLETEST[0]
+    if (target / "CMakeLists.txt").is_file():
+        return ""
+    if not (system / "CMakeLists.txt").is_file():
+        return f"needs googletest: {GOOGLETEST[0]} is not in the sources and {system} is absent " \
+               "(Debian's libgtest-dev and libgmock-dev: scripts/system-deps.sh)"
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(system, target, symlinks=True)
+    return ""
 
 
 @dataclass
@@ -131,8 +155,17 @@ def build_key(repo: Path, recipe: Recipe, toolchain: Toolchain, commit: str) -> 
             if recipe.covers(path) or meta.startswith("160000"):  # submodules: their commits
                 inputs.append((path, meta.split()[2]))
     payload = json.dumps({"recipe": recipe.name, "commands": recipe.commands, "artifacts": recipe.artifacts,
-                          "toolchain": [toolchain.name, toolchain.toolchain_file], "inputs": sorted(inputs)})
+                          "toolchain": [toolchain.name, toolchain.toolchain_file], "inputs": sorted(inputs),
+                          "googletest": _googletest_version() if needs_googletest(recipe) else ""})
     return hashlib.sha256(payload.encode()).hexdigest()[:20]
+
+
+def _googletest_version() -> str:
+    """The system googletest's top CMakeLists.txt (it names the version): a test build's key."""
+    try:
+        return hashlib.sha256((GOOGLETEST[1] / "CMakeLists.txt").read_bytes()).hexdigest()[:12]
+    except OSError:
+        return ""
 
 
 @contextmanager
@@ -359,6 +392,11 @@ def build(spec: BuildSpec, recipe: Recipe, commit: str, classify, toolchain: Too
         how = sync_checkout(spec.repo, commit, src, repo_dir / "src.json")
         result.steps["checkout"] = round(time.monotonic() - t, 2)
         progress(f"native {recipe.name}: checkout at {commit[:12]}: {how}")
+        if needs_googletest(recipe):
+            missing_gtest = provide_googletest(src)
+            if missing_gtest:
+                result.status, result.reason = "not_run", missing_gtest
+                return result, []
         values = {"src": str(src), "build": str(folder), "jobs": str(spec.jobs), "python": spec.python}
         commands = [_expand(c, values, toolchain.cmake_args(root)) for c in recipe.commands]
         toolchain_dir = [root / "toolchains"] if toolchain.toolchain_file else []  # the sandbox reads the file

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tasks.pipeline import programs
+from tasks.pipeline import cxx_tests, programs
 from tasks.pipeline.sandbox import run_logged, scrubbed_env
 from tasks.pipeline.suites import SuiteRun
 from tasks.pipeline.tables import TargetSpec
@@ -50,7 +50,9 @@ class HostNativeTarget:
 
     def run(self, run: SuiteRun) -> SuiteResult:
         if run.suite.kind not in self.spec.suite_kinds:
-            return not_run(run, self.name, f"target {self.name} runs only the probes' programs")
+            return not_run(run, self.name, f"target {self.name} runs only the probes' programs and C++ tests")
+        if run.suite.kind == "cxx":  # ExecuTorch's googletest binaries of the cxx_tests recipe
+            return cxx_tests.run_suite(run, self.name)
         recipe = next((r for r in RECIPE_BACKENDS if (Path(run.build.build_dirs.get(r, "")) / RUNNER).is_file()),
                       None)
         if recipe is None:

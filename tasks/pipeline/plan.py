@@ -111,6 +111,8 @@ def plan_change(repo, base: str, head: str, tables: Tables, *,
                      + "the tests selected for this change run where they can (those needing an absent "
                        "SDK, package or device are listed as not run)")
     recipe_names = recipes_for(files, backends, tables) if suite_names else []
+    recipe_names = [r for r in recipe_names if not tables.recipes[r].for_suites
+                    or set(tables.recipes[r].for_suites) & set(suite_names)]  # e.g. cxx_tests' binaries
     native = [r for r in recipe_names if tables.recipes[r].kind == "cmake"]
     idle = [t for t in target_names if tables.targets[t].native and not native]
     if idle and not (targets and targets_named):

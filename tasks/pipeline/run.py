@@ -220,6 +220,8 @@ def _head_runs(ws, tables, plan, targets, head_build, options, progress):
             continue
         selected = suite.kind == "selected"
         paths = tuple(s.path for s in plan.selected) if selected else ()
+        if suite.kind == "cxx":  # the C++ tests of the directories the change touched
+            paths = tuple(p for f in plan.changed_files for p in filter(None, (f.path, f.old_path)))
         for target in runnable:
             run = SuiteRun(suite, head_build, target.name, ws.run_dir, options.python, paths,
                            timeout=options.suite_timeout,

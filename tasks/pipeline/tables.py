@@ -76,6 +76,7 @@ class Recipe:
     paths: tuple[str, ...] = ()  # cmake: changed paths that rebuild it (the planner); empty: `inputs`
     artifacts: tuple[str, ...] = ()  # cmake: files kept from the build folder (tasks/pipeline/native.py)
     requires_env: tuple[str, ...] = ()  # cmake: variables the worker must set, else not run
+    for_suites: tuple[str, ...] = ()  # cmake: built only when one of these suites is planned
 
     def triggered_by(self, path: str) -> bool:
         return any(fnmatchcase(path, p) for p in self.paths or self.inputs)

@@ -65,7 +65,7 @@ CASES = [
     ("cmake", write("CMakeLists.txt", "project(x)\n"), ["portable", "qualcomm", "xnnpack"],
      ["multi_method"], [], ["portable", "xnnpack", "qnn"], False),
     ("cpp", write("runtime/core/evalue.cpp", "int x;\n"), ["portable", "qualcomm", "xnnpack"],
-     ["multi_method"], [], ["portable"], False),
+     ["multi_method", "cxx_tests"], [], ["portable", "cxx_tests"], False),  # + its C++ tests' binaries
     ("xnnpack-cpp", write("backends/xnnpack/runtime/XNNCompiler.cpp", "int x;\n"), ["xnnpack"],
      ["multi_method"], [], ["xnnpack"], False),
     ("qnn-cpp", write("backends/qualcomm/runtime/QnnManager.cpp", "int x;\n"), ["qualcomm"],

@@ -46,7 +46,7 @@ def test_full_config():
     assert config.ci_logs.workflows == ("pull", "trunk") and config.ci_logs.max_bytes == 1048576
     assert config.device_targets() == {"android-sm8750-lab"}
     assert set(config.suites) == {"multi_method", "mutable_buffer", "index_put", "probes", "qnn", "selected",
-                                  "my_suite", "bare_suite"}  # the catalogue's, then the file's
+                                  "cxx_tests", "my_suite", "bare_suite"}  # the catalogue's, then the file's
     assert config.suites["my_suite"].tests == ("backends/qualcomm/tests/test_qnn_delegate.py::TestQNNQuantizedUtils",)
     assert config.targets["android-sm8750-lab"] == Target("android-sm8750-lab", "device", "SM8750")
     assert config.targets["x86-sim"].kind == "emulator"
