@@ -6,6 +6,7 @@ primary line; ties go to the earliest line (the root error comes before its casc
 
 Score bands (what beats what):
     90  a test that failed even after reruns
+    86  googletest's assertion location (`file:line: Failure`)
     85  pytest/unittest/gtest summary lines naming a failed test (with the error)
     80  ExecuTorch/QNN runtime errors, crashes (signals), test verdicts
     70  exception lines, compiler errors, lintrunner, pip/docker verdicts
@@ -107,6 +108,8 @@ _KINDS: list[tuple[str, re.Pattern[str], int]] = [
         r"^(?:FAILED|ERROR) (?:\[[\d.]+s\] )?(?P<test>\S+?(?:::\S+|\.py))(?: - (?P<msg>.*))?$"), 85),
     ("unittest_header", re.compile(
         r"^(?:FAIL|ERROR)(?: \[[\d.]+s\])?: (?P<name>test\w*) \((?:__main__\.)?(?P<cls>[\w.]+)\)"), 66),
+    # googletest's assertion location (`file:line: Failure`): names where, unlike the summaries
+    ("gtest_assertion", re.compile(r"^(?P<file>[\w./+-]+\.(?:cpp|cc|cxx|h|hpp)):(?P<line>\d+): Failure$"), 86),
     ("gtest_failed", re.compile(r"^\[  FAILED  \] (?P<test>[\w/.]+)"), 80),
     ("probe_failure", re.compile(r"\bProbeFailure: \[(?P<cat>\w+)\] (?P<msg>.*)"), 88),
     ("pytest_section", re.compile(r"^_{3,} (?:(?:ERROR|FAILURE) (?:at \w+ of |collecting ))?(?P<test>\S+) _{3,}$"), 75),
