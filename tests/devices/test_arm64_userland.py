@@ -229,6 +229,9 @@ def test_the_emulated_sshd_stopped_mid_run_is_device_infra(emulated_userland, so
         killer.join()
     assert emulated_userland.proc is None, "the run never reached the device"
     on_device = [r for r in data["results"] if r["target"] == "emulated-arm64"]
-    assert on_device and all((r["verdict"], r.get("category")) == ("environment", "device_infra")
-                             for r in on_device), (on_device, log[-3000:])
+    assert on_device, log[-3000:]
+    for verdict in on_device:
+        failure = verdict.get("failure") or {}
+        assert (verdict["verdict"], failure.get("category")) == ("environment", "device_infra"), (verdict, log[-3000:])
+        assert "connection lost mid-run" in failure["line"] and device.id in failure["line"], failure["line"]
     assert data["summary"].get("new", 0) == 0
