@@ -19,7 +19,8 @@ from tasks.pipeline.sandbox import Sandbox
 from tasks.pipeline.suites import SuiteRun
 from tasks.pipeline.tables import load_tables
 from tasks.pipeline.compare import as_pytest_log
-from tasks.records import BuildResult, TestResult
+from tasks.records import BuildResult
+from tasks.records import TestResult as CaseResult  # not a pytest class
 from tests.native.conftest import git
 from triage_rules import classify_text
 from triage_rules.junit import read_junit
@@ -65,7 +66,7 @@ def test_a_recorded_gtest_failure_has_the_assertion_as_its_primary_line(fixture,
         text = cxx_tests.gtest_text(case.text)
         assert "src/executorch/" not in text
         # as the pipeline gives it to the engine: pytest's form, with the summary line after
-        test = TestResult(suite="cxx_tests", test=f"{binary}::{case.classname}.{case.name}",
+        test = CaseResult(suite="cxx_tests", test=f"{binary}::{case.classname}.{case.name}",
                           target="host-native", outcome="failed", message=text.splitlines()[0], text=text)
         [found] = classify_text(as_pytest_log(test), job_name="cxx_tests", failed=True)
         assert re.match(primary, found.line), (found.line, text[:400])
