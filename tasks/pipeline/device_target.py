@@ -37,7 +37,7 @@ from tasks.devices.queue import RUN_BUNDLE, make_client, pack, queue_for
 from tasks.pipeline import programs
 from tasks.pipeline import suites as suite_runner
 from tasks.pipeline.sandbox import TASKS_DIR, run_logged, scrubbed_env
-from tasks.pipeline.suites import SuiteRun
+from tasks.pipeline.suites import SuiteRun, run_each
 from tasks.pipeline.tables import TargetSpec
 from tasks.records import BuildResult, SuiteResult, TestResult
 
@@ -89,11 +89,7 @@ class DeviceTarget:
                             pass_through=self.tool_env)
 
     def run_many(self, runs: list[SuiteRun]) -> list[tuple[list[SuiteResult], float, bool]]:
-        done = []
-        for run in runs:
-            result = self.run(run)
-            done.append(([result], result.seconds, not run.node_ids))
-        return done
+        return run_each(self, runs)
 
     # --- which devices -------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tasks.pipeline import cxx_tests, programs
 from tasks.pipeline.sandbox import run_logged, scrubbed_env
-from tasks.pipeline.suites import SuiteRun
+from tasks.pipeline.suites import SuiteRun, run_each
 from tasks.pipeline.tables import TargetSpec
 from tasks.records import SuiteResult, TestResult
 
@@ -42,11 +42,7 @@ class HostNativeTarget:
         return True, ""
 
     def run_many(self, runs: list[SuiteRun]) -> list[tuple[list[SuiteResult], float, bool]]:
-        done = []
-        for run in runs:
-            result = self.run(run)
-            done.append(([result], result.seconds, not run.node_ids))
-        return done
+        return run_each(self, runs)
 
     def run(self, run: SuiteRun) -> SuiteResult:
         if run.suite.kind not in self.spec.suite_kinds:

@@ -154,6 +154,16 @@ def _trim(failure_text: str, captured: str) -> str:
     return (failure_text[-TEXT_LIMIT:] + ("\n" + captured[-room:] if captured else ""))
 
 
+def run_each(target, runs: list[SuiteRun]) -> list[tuple[list[SuiteResult], float, bool]]:
+    """`run_many` of a target that starts a process per suite run (nothing shared between runs):
+    each run on its own; (results, seconds, whole files) per run, as run_many answers."""
+    done = []
+    for run in runs:
+        result = target.run(run)
+        done.append(([result], result.seconds, not run.node_ids))
+    return done
+
+
 def execute(run: SuiteRun, cmd: list[str], env: dict[str, str], junit: Path) -> SuiteResult:
     """Run one command that writes `junit`; the result comes from that file."""
     start = time.monotonic()
