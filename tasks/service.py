@@ -279,10 +279,11 @@ def triage_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
         record_report(ctx, repo, head_sha, report)
         notes += trunk_notes(History(ctx.store), report, ctx.options.public_url)
         payload = report_payload(head_sha, report, notes, ctx.store.ignored_failures(repo, pr))
-        History(ctx.store).record_run(report, RunInfo(repo, pr, trigger=reason, author=pull["author"],
-                                                      comment=payload.section))  # the dashboard's history
     add_config_check(payload, config_change_check(gh, repo, pr, head_sha))
     publish(ctx, repo, pr, installation_id, payload)
+    if not problem:  # the dashboard's history, after the comment: it never holds the comment up
+        History(ctx.store).record_run(report, RunInfo(repo, pr, trigger=reason, author=pull["author"],
+                                                      comment=payload.section))
     return payload.check_conclusion or "published"
 
 
@@ -290,7 +291,11 @@ def trunk_notes(history: History, report: Report, public_url: str = "") -> list[
     """A note per new failure whose cluster (the dashboard's: same fingerprint, or a primary line
     near enough) was seen failing on trunk: evidence it is not this change's, with the link."""
     new = [v for v in report.results if v.verdict == "new"]
-    clusters = history.trunk_clusters([(v.primary_line, v.failure.fingerprint if v.failure else "") for v in new])
+    try:
+        clusters = history.trunk_clusters([(v.primary_line, v.failure.fingerprint if v.failure else "") for v in new])
+    except Exception:  # evidence only: a broken history never keeps the comment from the PR
+        log.exception("trunk clusters not looked up")
+        return []
     notes = []
     for verdict, cluster in zip(new, clusters):
         if cluster is None:
@@ -530,8 +535,8 @@ def triage_ci(ctx: WorkerContext, repo: str, head_sha: str, installation_id: int
                           results=compare.decide_ci(found, ctx.store.failure_fingerprints(repo, merge_base)))
         record_verdicts(ctx, repo, head_sha, report.results, source=lambda v: f"ci:{v.suite}")
         payload = ci_payload(report, ctx.store.ignored_failures(repo, pr))
-        record_ci_history(ctx, repo, pr, report, comment=payload.section)
         publish(ctx, repo, pr, installation_id, payload)
+        record_ci_history(ctx, repo, pr, report, comment=payload.section)
     trunk = sorted({j.get("head_branch") for j in failed} & ctx.store.base_refs(repo))
     if not judged and trunk:  # CI of a branch the PRs target: what is broken on trunk, for the dashboard
         record_ci_history(ctx, repo, TRUNK, CiReport(head=head_sha, merge_base=None, merge_base_exact=False,
