@@ -48,6 +48,22 @@ from tasks.pipeline.tables import Suite, TargetSpec  # noqa: E402
 from tasks.records import BuildResult  # noqa: E402
 
 
+def timed_runs(target, run, n: int):
+    """n runs of `run` on `target`: (wall seconds, seconds inside the methods, the last result),
+    or None (said why) when a run fails."""
+    totals, methods = [], []
+    for _ in range(n):
+        start = time.monotonic()
+        result = target.run(run)
+        totals.append(time.monotonic() - start)
+        methods.append(sum(t.seconds for t in result.tests))
+        if result.status != "ran" or any(t.outcome != "passed" for t in result.tests):
+            print(f"run failed: {result.status} {result.reason} "
+                  f"{[(t.test, t.outcome, t.message) for t in result.tests]}")
+            return None
+    return totals, methods, result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=3)
@@ -80,15 +96,10 @@ def main() -> int:
             return 1
         target.bundles[(build.commit, build.overlay_dir, tuple(sorted(backends)))] = bundle
         size = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file())
-        totals, methods = [], []
-        for _ in range(args.n):
-            start = time.monotonic()
-            result = target.run(run)
-            totals.append(time.monotonic() - start)
-            methods.append(sum(t.seconds for t in result.tests))
-            if result.status != "ran" or any(t.outcome != "passed" for t in result.tests):
-                print(f"run failed: {result.status} {result.reason} {[(t.test, t.outcome) for t in result.tests]}")
-                return 1
+        timed = timed_runs(target, run, args.n)
+        if timed is None:
+            return 1
+        totals, methods, result = timed
         programs_run = len(result.tests)
         print(f"device target ssh (loopback sshd, pybindings runner, backends {','.join(backends)}), "
               f"{programs_run} program(s), bundle {size / 1024:.0f} KiB")
@@ -184,16 +195,10 @@ def _emulated(args) -> int:
                 bundle, _ = target._export(run, run.work_dir(), ["portable"])
                 print(f"  export of the portable programs on the host: {time.monotonic() - start:.1f} s")
             target.bundles[(build.commit, build.overlay_dir, ("portable",))] = bundle
-            totals, methods = [], []
-            for _ in range(args.n):
-                start = time.monotonic()
-                result = target.run(run)
-                totals.append(time.monotonic() - start)
-                methods.append(sum(t.seconds for t in result.tests))
-                if result.status != "ran" or any(t.outcome != "passed" for t in result.tests):
-                    print(f"run failed: {result.status} {result.reason} "
-                          f"{[(t.test, t.outcome, t.message) for t in result.tests]}")
-                    return 1
+            timed = timed_runs(target, run, args.n)
+            if timed is None:
+                return 1
+            totals, methods, result = timed
             print(f"  one run of the {len(result.tests)} portable programs on emulated-arm64 via {mode} "
                   f"(median of {args.n}): {statistics.median(totals):.2f} s "
                   f"(min {min(totals):.2f}, max {max(totals):.2f}); in the methods: {statistics.median(methods):.2f} s")

@@ -20,7 +20,7 @@ from celery import Celery
 
 from bot import queues
 from bot.settings import load_or_exit
-from tasks.devices import connect as devices
+from tasks import devices
 
 # Passed to the pipeline (and nothing else from the worker's environment): the tools need them.
 # The sandbox lets only sandbox.PASS_THROUGH of these into a change's run; the device settings

@@ -11,12 +11,6 @@ from tasks.devices.inventory import Device
 from tasks.devices.ssh import SshOptions, SshTransport
 
 
-# The environment a device-reaching process reads (the command line, a triage worker, a device
-# host's worker): one list, so the worker passes them to the pipeline and docs name them all.
-VARIABLES = ("ETRIAGE_DEVICES", "ETRIAGE_DEVICE_KEY", "ETRIAGE_DEVICE_KNOWN_HOSTS", "ETRIAGE_DEVICE_REDIS_URL",
-             "ETRIAGE_DEVICE_BROKER_URL")
-
-
 @dataclass(frozen=True)
 class DeviceSettings:
     """What a worker knows about reaching its lab, read once at start (never at import)."""

@@ -5,7 +5,7 @@ import os
 import sys
 from pathlib import Path
 
-from tasks.devices.connect import VARIABLES as device_variables
+from tasks.devices import VARIABLES as device_variables
 from tasks.pipeline.gitio import GitError
 from tasks.pipeline.report import to_json, to_markdown
 from tasks.pipeline.run import TriageOptions, triage
