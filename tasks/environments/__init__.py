@@ -144,7 +144,8 @@ def _compiled_parts(ctx: Context, commit: str, choice: compiled.Choice, spec, cl
             progress(f"environment {commit[:12]}: compiled parts from the shared store")
             return compiled.Parts(True, adopted / "executorch", (adopted,)), []
     build_spec = native.BuildSpec(ctx.repo, ctx.data_dir, ctx.run_dir, ctx.python, ctx.sandbox, ctx.jobs,
-                                  ctx.build_timeout, ctx.use_cache, ctx.tool_env)
+                                  ctx.build_timeout, ctx.use_cache, ctx.tool_env,
+                                  shared_ccache=Path(ctx.shared_store) / "ccache" if ctx.shared_store else None)
     parts = compiled.built_parts(build_spec, ctx.recipe(), commit, ctx.store, spec,
                                  classify or (lambda text, **kw: []), progress)
     if parts.ok and ctx.shared_store and ctx.use_cache:

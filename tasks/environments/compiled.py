@@ -157,7 +157,9 @@ def built_parts(spec: native.BuildSpec, recipe: Recipe, commit: str, store: Path
     except (OSError, gitio.GitError) as error:  # e.g. the build left no extension module
         return Parts(False, None, reason=f"the build of the compiled parts at {commit[:12]} failed: {error}")
     if built.status != "ok":
-        return Parts(False, None, reason=built.summary(), build=built, failures=failures)
+        first = next((f.line for f in failures if f.line), "")
+        return Parts(False, None, reason=built.summary() + (f": {first.strip()[:300]}" if first else ""),
+                     build=built, failures=failures)
     key = native_key(spec.repo, commit, recipe)
     root = store / "built" / key if spec.use_cache else spec.run_dir / "built" / key
     package = root / "executorch"

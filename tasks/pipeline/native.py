@@ -363,6 +363,7 @@ class BuildSpec:
     timeout: float = 3600
     use_cache: bool = True
     tool_env: tuple[tuple[str, str], ...] = ()
+    shared_ccache: Path | None = None  # a directory build machines share: ccache's file: remote storage
 
 
 def build(spec: BuildSpec, recipe: Recipe, commit: str, classify, toolchain: Toolchain = TOOLCHAINS["host"],
@@ -419,7 +420,14 @@ def build(spec: BuildSpec, recipe: Recipe, commit: str, classify, toolchain: Too
                            extra={"CCACHE_DIR": str(ccache_dir), "CCACHE_BASEDIR": str(root),
                                   "CCACHE_MAXSIZE": CACHE_MAX_SIZE, "CCACHE_STATSLOG": str(statslog),
                                   "CMAKE_C_COMPILER_LAUNCHER": "ccache", "CMAKE_CXX_COMPILER_LAUNCHER": "ccache",
-                                  "CMAKE_BUILD_PARALLEL_LEVEL": str(spec.jobs)})
+                                  "CMAKE_BUILD_PARALLEL_LEVEL": str(spec.jobs),
+                                  # another build machine's objects: ccache's remote storage is a
+                                  # shared directory (the sandbox has no network for its redis:)
+                                  **({"CCACHE_REMOTE_STORAGE": f"file:{spec.shared_ccache}"}
+                                     if spec.shared_ccache else {})})
+        shared = [Path(spec.shared_ccache)] if spec.shared_ccache else []
+        for path in shared:
+            path.mkdir(parents=True, exist_ok=True)
         steps = ([("configure", configure)] if result.fresh_folder else []) + \
             [(f"build{'' if i == 0 else i + 1}", c) for i, c in enumerate(build_steps)]
         for name, cmd in steps:
@@ -427,7 +435,7 @@ def build(spec: BuildSpec, recipe: Recipe, commit: str, classify, toolchain: Too
             done = run_logged(cmd, cwd=folder, env=env, log_path=spec.run_dir / "native" /
                               f"{recipe.name}-{commit[:12]}-{name}.log", timeout=spec.timeout,
                               sandbox=spec.sandbox, python=spec.python, readable=[src, *toolchain_dir],
-                              writable=[folder, ccache_dir, *in_sources], outputs=[statslog])
+                              writable=[folder, ccache_dir, *in_sources, *shared], outputs=[statslog])
             result.steps[name] = round(time.monotonic() - t, 2)
             progress(f"native {recipe.name}: {name} {'ok' if done.returncode == 0 else 'FAILED'} "
                      f"in {done.seconds:.1f} s")
