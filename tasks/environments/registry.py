@@ -49,10 +49,12 @@ def install(requirement: str, directory: Path, log_path: Path, *, timeout: float
     tmp = directory.with_name(f"{directory.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    argv = [python, "-m", "pip", "install", "--no-deps", "--only-binary=:all:", "--no-compile",
-            "--disable-pip-version-check", "--target", str(tmp), *extra_args, requirement]
+    args = ["install", "--no-deps", "--only-binary=:all:", "--no-compile", "--disable-pip-version-check",
+            "--target", str(tmp), *extra_args, requirement]
+    argv = [python, "-m", "pip", *args]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=pip_env())
+        proc = subprocess.run([python, "-m", "pip", *args], capture_output=True, text=True, timeout=timeout,
+                              env=pip_env())
         output, code = proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired:
         output, code = f"pip did not finish in {timeout:.0f} s", None
