@@ -25,7 +25,7 @@ from tasks.pipeline.tables import Recipe, load_tables
 from tasks.records import CommitEnvironment
 from triage_rules import catalogue
 
-__all__ = ["Context", "environment_for", "choose_compiled", "CommitEnvironment"]
+__all__ = ["Context", "environment_for", "choose_compiled", "recipe_of", "CommitEnvironment"]
 
 
 @dataclass(frozen=True)
@@ -44,24 +44,33 @@ class Context:
     fetch: bool = True  # may fetch a registry wheel or a pinned torch
     shared_store: Path | None = None  # built parts published between machines (ETRIAGE_ENV_SHARED_STORE)
     tool_env: tuple[tuple[str, str], ...] = ()
-    recipes_dir: Path | None = None  # recipes.yaml's directory (the pipeline's tables)
+    # what builds compiled parts: the default tables' `pybind` unless given (None: nothing does)
+    recipe: Recipe | None = field(default_factory=lambda: recipe_of(load_tables()))
 
     @property
     def store(self) -> Path:
         return Path(self.data_dir) / "environments"
-
-    def recipe(self) -> Recipe:
-        return load_tables(self.recipes_dir).recipes[table().recipe]
 
 
 def table():
     return catalogue.read_table("environments.yaml")
 
 
+def recipe_of(tables) -> Recipe | None:
+    """The tables' recipe that builds a commit's compiled parts (environments.yaml names it);
+    None when a worker's tables have none: the installed wheel's compiled parts then serve."""
+    recipe = tables.recipes.get(table().recipe)
+    return recipe if recipe is not None and recipe.kind == "environment" else None
+
+
 def choose_compiled(ctx: Context, commit: str) -> compiled.Choice:
     """Which compiled parts the commit needs, without making anything (cheap: tree hashes)."""
-    return compiled.choose(ctx.repo, commit, compiled.installed_wheel(ctx.installed), ctx.recipe(),
-                           registry_ok=ctx.fetch)
+    recipe = ctx.recipe
+    if recipe is None:
+        return compiled.Choice("wheel", "", compiled.installed_wheel(ctx.installed).release,
+                               reason="these tables build no compiled parts (no `kind: environment` recipe): "
+                                      "the installed wheel's serve, unchecked")
+    return compiled.choose(ctx.repo, commit, compiled.installed_wheel(ctx.installed), recipe, registry_ok=ctx.fetch)
 
 
 def environment_for(ctx: Context, commit: str, *, choice: compiled.Choice | None = None, classify=None,
@@ -146,7 +155,7 @@ def _compiled_parts(ctx: Context, commit: str, choice: compiled.Choice, spec, cl
     build_spec = native.BuildSpec(ctx.repo, ctx.data_dir, ctx.run_dir, ctx.python, ctx.sandbox, ctx.jobs,
                                   ctx.build_timeout, ctx.use_cache, ctx.tool_env,
                                   shared_ccache=Path(ctx.shared_store) / "ccache" if ctx.shared_store else None)
-    parts = compiled.built_parts(build_spec, ctx.recipe(), commit, ctx.store, spec,
+    parts = compiled.built_parts(build_spec, ctx.recipe, commit, ctx.store, spec,
                                  classify or (lambda text, **kw: []), progress)
     if parts.ok and ctx.shared_store and ctx.use_cache:
         store.publish(Path(parts.readable[0]), Path(ctx.shared_store))

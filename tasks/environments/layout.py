@@ -38,12 +38,21 @@ class TreeFile:
     blob: str
 
 
+SUBMODULE = "160000"
+
+
 def package_files(repo: Path, commit: str, table) -> dict[str, TreeFile]:
-    """package path -> (mode, blob) of every package source of `commit`."""
+    """package path -> (mode, blob) of every package source of `commit`; a submodule (whose files
+    the superproject's tree does not hold) appears as its package directory with mode 160000."""
     tree = _ls_tree(repo, commit)
     mapping = _source_map(repo, tree, table.source_map)
     out: dict[str, TreeFile] = {}
     for path, entry in tree.items():
+        if entry.mode == SUBMODULE:
+            package_path = _to_package(path, mapping)
+            if package_path:
+                out[treepaths.check(package_path)] = entry
+            continue
         if entry.mode not in ("100644", "100755"):
             continue
         package_path = _to_package(path, mapping)
@@ -171,8 +180,13 @@ def lay(repo: Path, commit: str, files: dict[str, TreeFile], compiled_dir: Path,
         os.utime(root / "laid.json")  # the store's LRU reads this
         meta = json.loads((root / "laid.json").read_text())
         return Laid(root, package_dir, key, meta.get("written", 0), meta.get("removed", 0), reused=True)
+    submodules = tuple(p + "/" for p, f in files.items() if f.mode == SUBMODULE)
+    files = {p: f for p, f in files.items() if f.mode != SUBMODULE}
     differ = {p: f for p, f in files.items() if compiled_index.get(p) != f.blob}
-    removed = sorted(p for p in compiled_index if p not in files and p.endswith(".py") and p not in GENERATED)
+    # a module the compiled package has and the commit does not is absent, unless it belongs to a
+    # submodule (its files are not in the superproject's tree; the compiled package's stay)
+    removed = sorted(p for p in compiled_index if p not in files and p.endswith(".py") and p not in GENERATED
+                     and not p.startswith(submodules))
     blobs = _store_blobs(repo, store / "blobs", sorted({f.blob for f in differ.values()}))
     tmp = store / "trees" / f"{key}.tmp{os.getpid()}"
     if tmp.exists():

@@ -41,22 +41,23 @@ class Workspace:
     sandbox: Sandbox = field(default_factory=Sandbox)  # every command of the change runs in it
     fetch: bool = True  # environments may fetch a registry wheel or a pinned torch
     shared_store: Path | None = None  # built compiled parts shared between machines
-    tables_dir: Path | None = None  # the pipeline's tables (recipes.yaml: the `pybind` recipe)
 
-    def environments(self) -> environments.Context:
+    def environments(self, tables: Tables | None = None) -> environments.Context:
+        """The environments' context; `tables` name the recipe that builds compiled parts."""
         return environments.Context(repo=self.repo, python=self.python, installed=self.installed,
                                     data_dir=self.data_dir, run_dir=self.run_dir, sandbox=self.sandbox,
                                     jobs=self.jobs, build_timeout=self.build_timeout, use_cache=self.use_cache,
                                     fetch=self.fetch, shared_store=self.shared_store, tool_env=self.tool_env,
-                                    recipes_dir=self.tables_dir)
+                                    **({"recipe": environments.recipe_of(tables)} if tables else {}))
 
 
-def compiled_choices(ws: Workspace, commits: list[str]) -> dict[str, environments.compiled.Choice]:
+def compiled_choices(ws: Workspace, commits: list[str], tables: Tables | None = None
+                     ) -> dict[str, environments.compiled.Choice]:
     """The compiled parts each commit needs. When one of them must be built from its sources,
     all are: a build makes fewer extension modules than the wheel has (no QNN, CoreML or LLM
     parts), and a test must not fail at head only because head's compiled parts were made
     another way than the merge base's."""
-    ctx = ws.environments()
+    ctx = ws.environments(tables)
     choices = {c: environments.choose_compiled(ctx, c) for c in dict.fromkeys(commits)}
     if any(c.source == "built" for c in choices.values()):
         for commit, choice in choices.items():
@@ -79,7 +80,9 @@ def build_commit(ws: Workspace, tables: Tables, commit: str, changes: list[Chang
     show the environment healthy first (the merge base: tasks/pipeline/run.py); an unhealthy one
     is reported in `environment.healthy`, the caller decides."""
     start = time.monotonic()
-    env, env_failures = environments.environment_for(ws.environments(), commit, choice=choice,
+    if choice is None:
+        choice = compiled_choices(ws, [commit], tables)[commit]
+    env, env_failures = environments.environment_for(ws.environments(tables), commit, choice=choice,
                                                      classify=classify, progress=progress,
                                                      check_health=check_health)
     result = BuildResult(status="ok", kind="environment", commit=commit, overlay_dir=env.root or None,

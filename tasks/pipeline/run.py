@@ -86,7 +86,7 @@ def triage(options: TriageOptions, *, classify=classify_text, progress=_quiet) -
                    installed=Path(options.installed or installed_package_dir(options.python, options.sandbox, run_dir)),
                    run_dir=run_dir, data_dir=data_dir, use_cache=options.use_cache,
                    tool_env=tuple(options.tool_env.items()), sandbox=options.sandbox, fetch=options.fetch,
-                   shared_store=options.shared_store, tables_dir=options.tables_dir)
+                   shared_store=options.shared_store)
     try:
         return _triage_in(ws, tables, plan, options, classify, progress, start)
     finally:
@@ -121,7 +121,7 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
     targets = {name: make_target(tables.targets[name], options.tool_env) for name in plan.targets}
     toolchains = _toolchains(plan, tables, targets)
     try:
-        choices = compiled_choices(ws, [plan.merge_base, plan.head])
+        choices = compiled_choices(ws, [plan.merge_base, plan.head], tables)
     except (GitError, OSError) as error:
         build = BuildResult(status="environment", kind="environment", commit=plan.head,
                             reason=f"could not read the commits' native sources: {error}")
@@ -129,8 +129,14 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
     progress(f"build head {plan.head[:12]} (environment{', ' if plan.recipes else ''}{', '.join(plan.recipes)}) ...")
     head_build = build_commit(ws, tables, plan.head, plan.changed_files, plan.recipes, classify, progress,
                               toolchains, choice=choices[plan.head])
-    if head_build.status == "environment":
-        return _environment_failed(plan, head_build, "head", start)
+    if head_build.status != "ok" and head_build.kind == "environment":  # head's environment: is the base's any better?
+        progress("head's environment could not be made; making the merge base's to compare ...")
+        base_env = build_commit(ws, tables, plan.merge_base, [], [], classify, progress, toolchains,
+                                choice=choices[plan.merge_base])
+        if base_env.status != "ok":
+            return _environment_failed(plan, base_env, "merge base", start)
+        if head_build.status == "environment":
+            return _environment_failed(plan, head_build, "head", start)
     if head_build.status == "failed":
         return _build_failed(ws, tables, plan, head_build, classify, progress, start, toolchains,
                              choices[plan.merge_base])
@@ -209,7 +215,8 @@ def base_broken(base_build: BuildResult) -> str:
 def _environment_failed(plan, build: BuildResult, side: str, start) -> Report:
     """The head's environment could not be made: nothing of the change ran, and the one verdict
     says why, naming the environment (never the change)."""
-    reason = f"could not make the {side}'s environment: {build.reason}"
+    reason = (f"could not build the merge base {build.commit[:12]}: {build.reason}" if side == "merge base"
+              else f"could not make the head's environment: {build.reason}")
     failure = Failure(line=reason, line_no=0, category="import_or_env", environment=True, rule="environment",
                       title="The commit's environment could not be made",
                       explanation="Each side runs on its own commit's Python tree, compiled parts and torch; "
