@@ -36,6 +36,7 @@ from tasks.pipeline.tables import Recipe
 VERSION = re.compile(r"^__version__\s*=\s*[\"']([^\"']+)[\"']", re.M)
 GIT_VERSION = re.compile(r"^git_version\s*(?::[^=]*)?=\s*[\"']([0-9a-f]{7,40})[\"']", re.M)
 RELEASE = re.compile(r"^\d+\.\d+\.\d+$")
+LIMIT_MARK = "[etriage] stopped at the sandbox's"  # what native.build's log says of a limit
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,9 @@ def built_parts(spec: native.BuildSpec, recipe: Recipe, commit: str, store: Path
     except (OSError, gitio.GitError) as error:  # e.g. the build left no extension module
         return Parts(False, None, reason=f"the build of the compiled parts at {commit[:12]} failed: {error}")
     if built.status != "ok":
+        if LIMIT_MARK in built.log:  # out of time or disk: the machine's, never the code's
+            return Parts(False, None, reason=f"{built.summary()}: {built.log.split(LIMIT_MARK, 1)[1].strip()[:200]}",
+                         build=built, failures=[])
         first = next((f.line for f in failures if f.line), "")
         return Parts(False, None, reason=built.summary() + (f": {first.strip()[:300]}" if first else ""),
                      build=built, failures=failures)

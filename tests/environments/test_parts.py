@@ -4,6 +4,8 @@ store's disk cap, and a requirement that is not one."""
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -97,3 +99,42 @@ def test_the_store_keeps_under_its_cap_least_recently_used_first(tmp_path):
     assert blob.is_file()  # still linked from the trees that stay
     store.prune(tmp_path, cap_bytes=0)
     assert not blob.exists() and not any((tmp_path / "trees").iterdir())
+
+
+TINY = ("cmake_minimum_required(VERSION 3.10)\nproject(tiny CXX)\n"
+        "add_library(_portable_lib_tiny SHARED tiny.cpp)\nset_target_properties(_portable_lib_tiny PROPERTIES PREFIX \"\" "
+        "SUFFIX \".so\")\n")
+
+
+@pytest.mark.skipif(not shutil.which("cmake") or not shutil.which("g++"), reason="needs cmake and g++")
+def test_compiled_parts_built_in_the_sandbox_and_a_build_out_of_time_is_the_machines(tmp_path, installed):
+    from tasks import environments
+    from tasks.environments import compiled
+    from tasks.pipeline.tables import Recipe
+
+    repo = init_repo(tmp_path / "tiny")
+    (repo / "CMakeLists.txt").write_text(TINY)
+    (repo / "tiny.cpp").write_text("extern \"C\" int tiny(int a) { return a + 1; }\n")
+    (repo / "exir").mkdir()
+    (repo / "exir/__init__.py").write_text("")
+    commit = commit_all(repo, "a tiny native tree")
+    recipe = Recipe(name="pybind", kind="environment", inputs=("*.cpp", "*CMakeLists.txt"),
+                    commands=(("cmake", "-S", "{src}", "-B", "{build}", "-G", "Ninja"), ("cmake", "--build", "{build}")),
+                    artifacts=("_portable_lib*.so",))
+
+    def context(timeout: float, name: str):
+        return environments.Context(repo=repo, python=sys.executable, installed=installed, data_dir=tmp_path / name,
+                                    run_dir=tmp_path / f"run-{name}", build_timeout=timeout, recipe=recipe)
+
+    late = context(0.3, "late")
+    choice = environments.choose_compiled(late, commit)
+    assert choice.source == "built" and "cannot be compared" in choice.reason  # no wheel commit, no tag here
+    env, failures = environments.environment_for(late, commit, choice=choice, check_health=False)
+    assert env.status == "failed" and "wall-clock limit" in env.reason and failures == [], env.reason
+
+    made, failures = environments.environment_for(context(600, "made"), commit, choice=choice, check_health=False)
+    assert made.status == "ok", made.reason
+    part = Path(made.compiled_dir) / "extension/pybindings/_portable_lib_tiny.so"
+    assert part.is_file() and Path(made.package_dir, "extension/pybindings/_portable_lib_tiny.so").resolve() == part
+    assert (Path(made.package_dir) / "exir/__init__.py").is_file()
+    assert compiled.native_key(repo, commit, recipe) == made.native_key
