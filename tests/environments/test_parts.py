@@ -122,9 +122,10 @@ def test_compiled_parts_built_in_the_sandbox_and_a_build_out_of_time_is_the_mach
                     commands=(("cmake", "-S", "{src}", "-B", "{build}", "-G", "Ninja"), ("cmake", "--build", "{build}")),
                     artifacts=("_portable_lib*.so",))
 
-    def context(timeout: float, name: str):
+    def context(timeout: float, name: str, shared: Path | None = None):
         return environments.Context(repo=repo, python=sys.executable, installed=installed, data_dir=tmp_path / name,
-                                    run_dir=tmp_path / f"run-{name}", build_timeout=timeout, recipe=recipe)
+                                    run_dir=tmp_path / f"run-{name}", build_timeout=timeout, recipe=recipe,
+                                    shared_store=shared)
 
     late = context(0.3, "late")
     choice = environments.choose_compiled(late, commit)
@@ -132,9 +133,18 @@ def test_compiled_parts_built_in_the_sandbox_and_a_build_out_of_time_is_the_mach
     env, failures = environments.environment_for(late, commit, choice=choice, check_health=False)
     assert env.status == "failed" and "wall-clock limit" in env.reason and failures == [], env.reason
 
-    made, failures = environments.environment_for(context(600, "made"), commit, choice=choice, check_health=False)
+    made, failures = environments.environment_for(context(600, "made", tmp_path / "shared"), commit, choice=choice,
+                                                  check_health=False)
     assert made.status == "ok", made.reason
     part = Path(made.compiled_dir) / "extension/pybindings/_portable_lib_tiny.so"
     assert part.is_file() and Path(made.package_dir, "extension/pybindings/_portable_lib_tiny.so").resolve() == part
     assert (Path(made.package_dir) / "exir/__init__.py").is_file()
     assert compiled.native_key(repo, commit, recipe) == made.native_key
+
+    # a second build machine mounting the same shared store adopts the parts instead of building
+    said = []
+    other, _ = environments.environment_for(context(600, "second-machine", tmp_path / "shared"), commit,
+                                            choice=choice, check_health=False, progress=said.append)
+    assert other.status == "ok" and any("from the shared store" in line for line in said), said
+    assert not (tmp_path / "second-machine" / "native").exists()  # nothing was built there
+    assert (tmp_path / "shared" / "ccache").is_dir()  # ccache's remote storage, shared the same way
