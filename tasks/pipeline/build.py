@@ -22,7 +22,6 @@ from tasks.pipeline import native, overlay
 from tasks.pipeline.sandbox import Sandbox, scrubbed_env
 from tasks.pipeline.tables import Tables
 from tasks.records import BuildResult, ChangedFile
-from triage_rules.records import Failure
 
 
 @dataclass(frozen=True)
