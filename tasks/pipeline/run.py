@@ -163,9 +163,12 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
 
     # 2. merge base, on its own environment (shown healthy first): only head's failures that
     # need it (or the cache answers)
+    # its health matters only when a verdict will rest on its outcomes (a head failure to compare,
+    # a crashed suite, --full-base); then it is checked once per merge base and cached
+    needs_base = options.full_base or bool(base.needed(failures)) or any(r.status == "crashed" for r in head_results)
     progress(f"build merge base {plan.merge_base[:12]} (environment) ...")
     base_build = build_commit(ws, tables, plan.merge_base, [], plan.recipes, classify, progress,  # native: cached per key
-                              toolchains, choice=choices[plan.merge_base], check_health=True)
+                              toolchains, choice=choices[plan.merge_base], check_health=needs_base)
     broken = base_broken(base_build)
     if broken:
         progress(broken)
