@@ -25,7 +25,7 @@ from tasks.pipeline.tables import Recipe, load_tables
 from tasks.records import CommitEnvironment
 from triage_rules import catalogue
 
-__all__ = ["Context", "environment_for", "choose_compiled", "recipe_of", "CommitEnvironment"]
+__all__ = ["Context", "environment_for", "choose_compiled", "not_the_package", "recipe_of", "CommitEnvironment"]
 
 
 @dataclass(frozen=True)
@@ -63,9 +63,19 @@ def recipe_of(tables) -> Recipe | None:
     return recipe if recipe is not None and recipe.kind == "environment" else None
 
 
+def not_the_package(ctx: Context) -> compiled.Choice:
+    """A repository whose tree does not hold the executorch package (its docs, a downstream
+    project): the installed package serves, with the commit's package files laid over it."""
+    return compiled.Choice("wheel", "", compiled.installed_wheel(ctx.installed).release, whole=False,
+                           reason="the repository does not hold the executorch package: the installed one "
+                                  "serves, with the commit's files of it laid over")
+
+
 def choose_compiled(ctx: Context, commit: str) -> compiled.Choice:
     """Which compiled parts the commit needs, without making anything (cheap: tree hashes)."""
     recipe = ctx.recipe
+    if not layout.has_package(layout.package_files(ctx.repo, commit, table())):
+        return not_the_package(ctx)
     if recipe is None:
         return compiled.Choice("wheel", "", compiled.installed_wheel(ctx.installed).release,
                                reason="these tables build no compiled parts (no `kind: environment` recipe): "
@@ -116,7 +126,8 @@ def environment_for(ctx: Context, commit: str, *, choice: compiled.Choice | None
         index = layout.package_index(parts.package_dir, spec, ctx.store / "index")
         version_py = layout.version_file(ctx.repo, commit, files, compiled.declared_release(ctx.repo, commit))
         laid = layout.lay(ctx.repo, commit, files, parts.package_dir, index, spec,
-                          ctx.store if ctx.use_cache else Path(ctx.run_dir) / "environments", version_py)
+                          ctx.store if ctx.use_cache else Path(ctx.run_dir) / "environments",
+                          version_py if choice.whole else "", whole=choice.whole)
     except (gitio.GitError, OSError, ValueError) as error:  # ValueError: treepaths.UnsafePath
         return _failed(env, f"could not lay the commit's tree: {error}", steps), []
     steps["lay"] = round(time.monotonic() - t, 2)

@@ -68,6 +68,7 @@ class Choice:
     release: str = ""  # the release whose compiled parts serve (wheel, registry)
     reference: str = ""  # the commit whose native key matched
     reason: str = ""  # in words, for the report
+    whole: bool = True  # False: the repository does not hold the package; its files go over the wheel's
 
 
 def native_key(repo: Path, commit: str, recipe: Recipe) -> str:

@@ -67,6 +67,12 @@ def package_files(repo: Path, commit: str, table) -> dict[str, TreeFile]:
     return out
 
 
+def has_package(files: dict[str, TreeFile]) -> bool:
+    """Does the tree hold the package at all? A repository that is not ExecuTorch (its docs, a
+    downstream project) has none of its modules: it runs on the installed package as it is."""
+    return any(p.endswith(".py") and f.mode != SUBMODULE for p, f in files.items())
+
+
 def _ls_tree(repo: Path, commit: str) -> dict[str, TreeFile]:
     out = gitio.git(repo, "ls-tree", "-r", "-z", "--full-tree", commit)
     entries = {}
@@ -164,16 +170,17 @@ class Laid:
     reused: bool = False  # the tree was already laid
 
 
-def tree_key(files: dict[str, TreeFile], compiled_dir: Path, version: str) -> str:
+def tree_key(files: dict[str, TreeFile], compiled_dir: Path, version: str, whole: bool = True) -> str:
     payload = json.dumps({"files": sorted((p, f.mode, f.blob) for p, f in files.items()),
-                          "compiled": str(compiled_dir), "version": version})
+                          "compiled": str(compiled_dir), "version": version, "whole": whole})
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
 
 def lay(repo: Path, commit: str, files: dict[str, TreeFile], compiled_dir: Path, compiled_index: dict[str, str],
-        table, store: Path, version_py: str) -> Laid:
-    """The commit's tree over `compiled_dir` under <store>/trees/<key>/ (laid once)."""
-    key = tree_key(files, compiled_dir, version_py)
+        table, store: Path, version_py: str, whole: bool = True) -> Laid:
+    """The commit's tree over `compiled_dir` under <store>/trees/<key>/ (laid once). `whole`
+    False: no module of the compiled package is removed (a repository that is not the package)."""
+    key = tree_key(files, compiled_dir, version_py, whole)
     root = store / "trees" / key
     package_dir = root / PACKAGE
     if (root / "laid.json").is_file():
@@ -186,7 +193,7 @@ def lay(repo: Path, commit: str, files: dict[str, TreeFile], compiled_dir: Path,
     # a module the compiled package has and the commit does not is absent, unless it belongs to a
     # submodule (its files are not in the superproject's tree; the compiled package's stay)
     removed = sorted(p for p in compiled_index if p not in files and p.endswith(".py") and p not in GENERATED
-                     and not p.startswith(submodules))
+                     and not p.startswith(submodules)) if whole and has_package(files) else []
     blobs = _store_blobs(repo, store / "blobs", sorted({f.blob for f in differ.values()}))
     tmp = store / "trees" / f"{key}.tmp{os.getpid()}"
     if tmp.exists():
@@ -234,7 +241,7 @@ def _store_blobs(repo: Path, blobs_dir: Path, shas: list[str]) -> dict[str, Path
 def version_file(repo: Path, commit: str, files: dict[str, TreeFile], tree_version: str) -> str:
     """What setup.py would write as executorch/version.py for this commit ("" when the tree
     carries its own)."""
-    if "version.py" in files:
+    if "version.py" in files or not has_package(files):
         return ""
     release = tree_version or "0.0.0"
     return ("from typing import Optional\n__all__ = [\"__version__\", \"git_version\"]\n"

@@ -55,9 +55,13 @@ def compiled_choices(ws: Workspace, commits: list[str], tables: Tables | None = 
     """The compiled parts each commit needs. When one of them must be built from its sources,
     all are: a build makes fewer extension modules than the wheel has (no QNN, CoreML or LLM
     parts), and a test must not fail at head only because head's compiled parts were made
-    another way than the merge base's."""
+    another way than the merge base's. The first of `commits` is the merge base: when it does not
+    hold the executorch package, the repository is not ExecuTorch, and every side runs on the
+    installed package with its commit's files of it laid over."""
     ctx = ws.environments(tables)
     choices = {c: environments.choose_compiled(ctx, c) for c in dict.fromkeys(commits)}
+    if not choices[commits[0]].whole:  # the merge base does not hold the package: nor is the repository
+        return {c: environments.not_the_package(ctx) for c in choices}
     if any(c.source == "built" for c in choices.values()):
         for commit, choice in choices.items():
             if choice.source != "built":
