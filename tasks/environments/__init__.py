@@ -139,7 +139,11 @@ def environment_for(ctx: Context, commit: str, *, choice: compiled.Choice | None
              f"({laid.written} file(s) from the commit over {choice.source} compiled parts, "
              f"{laid.removed} module(s) absent), torch {torch.version}")
 
-    if check_health:
+    if check_health and choice.source == "wheel" and not (laid.written or laid.removed or version_py) \
+            and not env.pythonpath:
+        # byte for byte the worker's own installation: there is nothing made to check
+        env.health = "the installed package itself (no file of it differs): not checked again"
+    elif check_health:
         t = time.monotonic()
         verdict = health.check(laid.root, laid.package_dir, env.pythonpath, [Path(p) for p in env.readable],
                                python=ctx.python, sandbox=ctx.sandbox, work_dir=Path(ctx.run_dir) / "health",
