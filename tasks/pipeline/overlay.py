@@ -1,5 +1,10 @@
 """The Python overlay: the installed `executorch` package with a change's files swapped in.
 
+One way a tree is laid, no longer the rebuild itself: a triage runs each side on its commit's
+whole environment (tasks/environments/, which lays with `farm` too); the overlay remains for a
+regression patch over the installed package (tests/probes) and the mutation benchmark, whose
+mutants are one file over the installed package by construction.
+
 A symlink farm in a per-run directory: unchanged entries are symlinked wholesale, real
 directories exist only along the paths of changed files, changed/added files are written
 from the commit, deleted (or renamed-away) files are absent. Subprocesses get
@@ -78,6 +83,8 @@ def lay_overlay(installed: Path, overlay_root: Path, files: dict[str, bytes],
 
 
 def farm(src: Path, dst: Path, rel: str, real_dirs: set[str], skip: set[str]) -> None:
+    """Symlink `src`'s entries into `dst`, descending (real directories) only into `real_dirs`
+    and leaving out `skip` (package-relative paths)."""
     with os.scandir(src) as entries:
         for entry in entries:
             entry_rel = f"{rel}/{entry.name}" if rel else entry.name
