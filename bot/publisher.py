@@ -183,5 +183,10 @@ class Publisher:
                              {"author": author, "author_type": author_type, "body": body,
                               "previous_body": previous_body, "action": action}, "triage", claim)[0]
 
+    def warm_environment(self, repo: str, branch: str, sha: str, installation_id: int | None, *,
+                         claim: Claim | None = None) -> str:
+        """Make a pushed branch tip's environment on the `build` queue, so a PR opened on it starts warm."""
+        return self._publish(queues.WARM_ENVIRONMENT, [repo, branch, sha, installation_id], None, "build", claim)[0]
+
     def installation(self, installation_id: int, account: str, action: str, *, claim: Claim | None = None) -> str:
         return self._publish(queues.INSTALLATION, [installation_id, account, action], None, "triage", claim)[0]

@@ -20,6 +20,7 @@ PR_CLOSED = "etriage.pr_closed"
 INSTALLATION = "etriage.installation"
 PUBLISH_PENDING = "etriage.publish_pending"
 EXPIRE_RUNS = "etriage.expire_runs"
+WARM_ENVIRONMENT = "etriage.warm_environment"  # a pushed branch tip's environment, on `build`
 
 # Queues are per resource: `triage` (planning, CI-log classification, reporting, commands),
 # `build` (rebuild + host suites), `emulator` (qnn-sim), `device` (phones).
@@ -41,7 +42,8 @@ def messaging_conf() -> dict:
         task_queues=[Queue(name, Exchange(name, type="direct"), routing_key=name) for name in QUEUES],
         task_default_exchange="triage",
         task_default_routing_key="triage",
-        task_routes={RUN_SUITES: {"queue": "build"}},  # callers pick the target's queue
+        task_routes={RUN_SUITES: {"queue": "build"},  # callers pick the target's queue
+                     WARM_ENVIRONMENT: {"queue": "build"}},
         task_serializer="json", result_serializer="json", accept_content=["json"],
         task_publish_retry_policy={"max_retries": 2, "interval_start": 0,
                                    "interval_step": 0.5, "interval_max": 1},
@@ -57,3 +59,10 @@ def head_key(repo: str, pr: int) -> str:
 def task_key(repo: str, pr: int) -> str:
     """The id of the PR's latest triage task, so a newer push can revoke it."""
     return f"etriage:task:{repo}#{pr}"
+
+
+# Commit environments being made or made (tasks/environments, the `build` queue): a hash of
+# "<repo>@<sha>" -> JSON {repo, branch, sha, state, started, seconds, compiled, disk_bytes, reason},
+# written by the workers, read by the dashboard's devices & queues page.
+ENVIRONMENTS_KEY = "etriage:environments"
+ENVIRONMENTS_KEPT = 50  # the newest entries the hash keeps

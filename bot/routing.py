@@ -11,12 +11,15 @@ The webhook does the side effects. Decisions worth knowing:
   (202, "ignored", with the conclusion in the detail) and logged, not enqueued. Check suites of
   GitHub Actions are skipped (the workflow_run/workflow_job events carry the same failure) and so
   are the bot's own check suites (its failing check run must not trigger itself).
+- A push to a branch pull requests target (the default branch, `release/*`) queues a build of
+  that commit's environment on the `build` queue, so a PR opened on it starts warm.
 - Comments are enqueued only on pull requests, only when a human wrote them and only when they
   hold a new `/etriage` command (an edit that adds none costs nothing).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Callable
 
 from bot import commands
@@ -194,6 +197,27 @@ def run_the_commands_in_the_comment(event: Event) -> Enqueue | Ignore:
          "previous_body": previous, "action": event.action},
         f"commands in comment {comment_id} on {event.repo}#{pr}",
     )
+
+
+# Branches pull requests target: the repository's default branch and ExecuTorch's release branches.
+WARM_BRANCHES = ("{default}", "release/*")
+ZERO_SHA = "0" * 40
+
+
+@on("push", None)  # a push has no action
+def warm_the_pushed_branch(event: Event) -> Enqueue | Ignore:
+    ref = event.get("ref", str)
+    if not ref.startswith("refs/heads/"):
+        return Ignore(f"push of {ref}: not a branch")
+    branch, after = ref[len("refs/heads/"):], event.get("after", str)
+    if event.optional("deleted", bool) or after == ZERO_SHA:
+        return Ignore(f"branch {branch} deleted")
+    default = event.optional("repository.default_branch", str) or "main"
+    patterns = [p.format(default=default) for p in WARM_BRANCHES]
+    if not any(fnmatchcase(branch, p) for p in patterns):
+        return Ignore(f"push to {branch}: pull requests target {', '.join(patterns)}")
+    return Enqueue("warm_environment", (event.repo, branch, after, event.installation_id), {},
+                   f"environment of {event.repo}@{branch} at {after[:12]}")
 
 
 @on("installation", "created", "deleted", "suspend", "unsuspend", "new_permissions_accepted")

@@ -46,6 +46,7 @@ class WorkerOptions:
     tool_env: tuple[tuple[str, str], ...] = ()  # TOOL_VARIABLES that are set, for the pipeline
     suite_timeout: float = 1800.0  # wall-clock limit of one sandboxed suite run
     sandbox_bwrap: str = "bwrap"  # the bubblewrap binary; without one nothing of a change runs
+    env_shared_store: str = ""  # a directory every build machine mounts: built environments, ccache
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> "WorkerOptions":
@@ -81,6 +82,7 @@ class WorkerOptions:
             tool_env=tuple((k, environ[k]) for k in TOOL_VARIABLES if environ.get(k, "").strip()),
             suite_timeout=number("ETRIAGE_SUITE_TIMEOUT", cls.suite_timeout, float),
             sandbox_bwrap=environ.get("ETRIAGE_SANDBOX_BWRAP", "").strip() or cls.sandbox_bwrap,
+            env_shared_store=environ.get("ETRIAGE_ENV_SHARED_STORE", "").strip(),
         )
 
 

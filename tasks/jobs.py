@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 
 import redis
 from celery import Task, shared_task
@@ -17,7 +18,8 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from bot import queues
 from bot.github_client import GitHubError, GitHubUnavailable, install_redaction
-from tasks import service
+from tasks import service, warm
+from tasks.pipeline.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 TRANSIENT = (GitHubUnavailable, redis.ConnectionError, redis.TimeoutError)
@@ -110,6 +112,12 @@ def comment(ctx, repo, pr, comment_id, installation_id, *, author, author_type, 
 def pr_closed(ctx, repo, pr, installation_id):
     ctx.store.close_pull(repo, pr)
     return "closed"
+
+
+@_task(queues.WARM_ENVIRONMENT)
+def warm_environment(ctx, repo, branch, sha, installation_id):
+    return warm.warm_environment(ctx, repo, branch, sha, checkout=ctx.settings.repo_checkouts.get(repo),
+                                 python=sys.executable, sandbox=Sandbox(bwrap=ctx.options.sandbox_bwrap)).state
 
 
 @_task(queues.INSTALLATION)

@@ -60,6 +60,33 @@ class Plan(_Record):
 
 
 @dataclass
+class CommitEnvironment(_Record):
+    """What one commit runs on (tasks/environments/): its whole Python tree of the package,
+    laid over that commit's compiled parts, with the torch it pins; and whether it is healthy."""
+    commit: str
+    status: str  # ok | failed: the environment could not be made (`reason` says what)
+    python: str = ""
+    root: str = ""  # on PYTHONPATH first: holds the laid `executorch`
+    package_dir: str = ""
+    pythonpath: list[str] = field(default_factory=list)  # after `root`: the pinned torch when fetched
+    readable: list[str] = field(default_factory=list)  # what a sandboxed run reads besides the interpreter
+    compiled: str = ""  # wheel | registry | built
+    compiled_reason: str = ""
+    compiled_dir: str = ""  # the package whose compiled parts serve
+    native_key: str = ""  # the hash of the trees that feed the compiled parts
+    release: str = ""  # the release whose compiled parts serve ("" when built)
+    torch: str = ""  # the torch that runs
+    torch_pin: str = ""  # what the commit pins ("" when it pins nothing)
+    tree_key: str = ""
+    written: int = 0  # files laid from the commit where the compiled package's differ
+    removed: int = 0  # modules of the compiled package the commit does not have
+    healthy: bool | None = None  # None: not checked
+    health: str = ""  # what the check said
+    reason: str = ""  # why it could not be made
+    steps: dict[str, float] = field(default_factory=dict)  # seconds per step
+
+
+@dataclass
 class BuildResult(_Record):
     status: str  # ok | failed | skipped
     kind: str  # none | overlay | cmake | overlay+cmake
@@ -72,6 +99,9 @@ class BuildResult(_Record):
     failures: list[Failure] = field(default_factory=list)  # what the engine found in a failed build's log
     reason: str = ""
     seconds: float = 0.0
+    pythonpath: list[str] = field(default_factory=list)  # after overlay_dir (the environment's torch)
+    readable: list[str] = field(default_factory=list)  # the environment's compiled parts, torch
+    environment: CommitEnvironment | None = None  # how this commit's environment was made
 
 
 @dataclass
@@ -167,6 +197,7 @@ class Report(_Record):
     seconds: float = 0.0
     base_cached: bool = False  # no test had to run at the merge base (all known from cache)
     base_runs: list[BaseRun] = field(default_factory=list)
+    base_environment: CommitEnvironment | None = None  # the merge base's (the head's: build.environment)
 
 
 @dataclass

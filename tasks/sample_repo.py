@@ -1,7 +1,8 @@
 """A throwaway ExecuTorch git repository made from the installed package.
 
 The package's sources, tests and yaml (not the .so files, not the `data` directory) are
-committed once as the base on `main`; `SampleRepo.branch()` makes a head from a patch
+committed once as the base on `main`, tagged `v<release>` as upstream tags a release's commit
+(tasks/environments/ finds the wheel's sources by it); `SampleRepo.branch()` makes a head from a patch
 and/or an edit function. The pipeline tests and `etriage demo` use it to triage real
 changes without a checkout of pytorch/executorch.
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from tasks.environments.compiled import installed_wheel
 from tasks.pipeline.overlay import installed_package_dir
 
 SOURCE_SUFFIXES = (".py", ".yaml", ".fbs", ".pyi", ".h")
@@ -91,4 +93,8 @@ def build_sample_repo(dest: Path, installed: Path | None = None) -> SampleRepo:
         target = repo / src.relative_to(installed)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(src.read_bytes())
-    return SampleRepo(repo, commit_all(repo, "base: the installed executorch package"))
+    base = commit_all(repo, "base: the installed executorch package")
+    release = installed_wheel(installed).release
+    if release:  # these are that release's sources, as upstream's tag says of its commit
+        git(repo, "tag", f"v{release}", base)
+    return SampleRepo(repo, base)

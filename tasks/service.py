@@ -368,7 +368,8 @@ def run_pipeline(ctx: WorkerContext, checkout: Path, base: str, head: str, *, su
                             suite_timeout=ctx.options.suite_timeout,
                             sandbox=Sandbox(bwrap=ctx.options.sandbox_bwrap),
                             budget_seconds=budget_seconds, select_all=select_all,
-                            path_backends=dict(path_backends or {}), targets_named=targets_named)
+                            path_backends=dict(path_backends or {}), targets_named=targets_named,
+                            shared_store=Path(ctx.options.env_shared_store) if ctx.options.env_shared_store else None)
     return triage(options, progress=lambda message: progress("Running", message))
 
 

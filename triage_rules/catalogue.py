@@ -100,7 +100,7 @@ class SuitesYaml(ym.StrictModel):
 
 
 class RecipeYaml(ym.StrictModel):
-    kind: Literal["overlay", "cmake"]
+    kind: Literal["overlay", "cmake", "environment"]  # environment: tasks/environments builds it
     inputs: Strings
     enabled: ym.Bool = True
     disabled_reason: ym.Str = ""
@@ -110,6 +110,7 @@ class RecipeYaml(ym.StrictModel):
     artifacts: Strings = ()  # cmake: files kept from the build folder
     requires_env: Strings = ()  # cmake: variables the worker must set, else not run
     for_suites: Strings = ()  # cmake: built only when one of these suites is planned (empty: always)
+    writable_sources: Strings = ()  # directories of the checkout the build writes into (flatcc's lib/)
 
 
 class RecipesYaml(ym.StrictModel):
@@ -144,8 +145,31 @@ class TargetsYaml(ym.StrictModel):
 
 LabelsYaml = dict[Literal[CATEGORIES], ym.Str]  # labels.yaml: category -> label
 
+
+class CopyYaml(ym.StrictModel):
+    repo: ym.Str  # a path in the commit's tree (repository layout)
+    package: ym.Str  # where the package has it
+
+
+class PartYaml(ym.StrictModel):
+    artifact: ym.Str  # a file name (glob) the build stored
+    package: ym.Str  # the directory of the package it goes to
+
+
+class EnvironmentsYaml(ym.StrictModel):
+    """environments.yaml: how a commit's environment is made (tasks/environments/)."""
+
+    source_map: ym.Str  # a tree holding this directory maps package paths through its symlinks
+    package_suffixes: Strings  # what of the commit's tree is laid: the package's sources
+    copies: tuple[CopyYaml, ...] = ()  # setup.py's copies of repository files into the package
+    compiled: Strings  # what of an installed package is compiled (globs, package paths)
+    recipe: ym.Str  # recipes.yaml's recipe that builds a commit's compiled parts
+    built_parts: tuple[PartYaml, ...]
+    torch_pins: Strings  # where a commit pins torch, in order (repository paths)
+    disk_cap_gib: float = 40.0  # built environments and laid trees, least recently used go first
+
 MODELS = {"areas.yaml": AreasYaml, "suites.yaml": SuitesYaml, "recipes.yaml": RecipesYaml,
-          "targets.yaml": TargetsYaml, "labels.yaml": LabelsYaml}
+          "targets.yaml": TargetsYaml, "labels.yaml": LabelsYaml, "environments.yaml": EnvironmentsYaml}
 
 
 def read_table(name: str, directory: Path = TABLES):

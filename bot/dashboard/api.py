@@ -6,7 +6,7 @@ from flask import Blueprint, jsonify, request
 
 from bot.dashboard.auth import viewer
 from bot.dashboard.context import state
-from bot.dashboard.queries import WINDOWS, FilterError, Filters, queues
+from bot.dashboard.queries import WINDOWS, FilterError, Filters, environments, queues
 
 blueprint = Blueprint("dashboard_api", __name__, url_prefix="/api")
 
@@ -64,7 +64,8 @@ def run(run_id: int):
 
 @blueprint.get("/devices")
 def devices():
-    return jsonify({"devices": state().dashboard.devices(), "queues": queues(state().redis)})
+    return jsonify({"devices": state().dashboard.devices(), "queues": queues(state().redis),
+                    "environments": environments(state().redis)})
 
 
 @blueprint.get("/openapi.json")
@@ -132,6 +133,11 @@ SCHEMAS = {
                       "trend": {"enum": ["new", "rising", "falling", "steady"]},
                       "flaky_targets": {"type": "array", "items": STR}}),
     "Queue": _object({"queue": STR, "depth": INT, "oldest_age_seconds": _nullable("number")}),
+    "Environment": _object({"repo": STR, "branch": _nullable("string"), "sha": STR,
+                            "state": {"enum": ["building", "ready", "failed", "skipped"]},
+                            "started": _nullable("number"), "seconds": _nullable("number"),
+                            "compiled": _nullable("string"), "disk_bytes": _nullable("integer"),
+                            "reason": _nullable("string")}, required=["repo", "sha", "state"]),
     "Device": _object({"id": STR, "name": _nullable("string"), "target": _nullable("string"),
                        "soc": _nullable("string"), "host": _nullable("string"), "status": _nullable("string"),
                        "lease_holder": _nullable("string"), "last_seen": TIME}, required=["id", "status"]),
@@ -166,7 +172,8 @@ SCHEMAS.update({
                             "tests": {"type": "array"}})}})},
                         "failures": _list_of("Failure"),
                         "log": _object({"lines": {"type": "array", "items": STR}, "primary": _nullable("integer")})}),
-    "DevicesPage": _object({"devices": _list_of("Device"), "queues": _list_of("Queue")}),
+    "DevicesPage": _object({"devices": _list_of("Device"), "queues": _list_of("Queue"),
+                            "environments": _list_of("Environment")}),
 })
 
 _FILTER_PARAMETERS = [
@@ -209,7 +216,7 @@ OPENAPI = {
         "/api/flaky": _get("Flaky tests per test x target, ranked by the Wilson lower bound", "FlakyList"),
         "/api/runs/{run_id}": _get("One run: plan, build, results per suite and target, failures, log", "RunPage",
                                    filters=False, params=("run_id",), missing=True),
-        "/api/devices": _get("Devices, and each Celery queue's depth and oldest task age", "DevicesPage", filters=False),
+        "/api/devices": _get("Devices, each Celery queue's depth and oldest task age, and the commit environments being built", "DevicesPage", filters=False),
     },
     "components": {"schemas": SCHEMAS},
 }

@@ -12,7 +12,7 @@ from werkzeug.exceptions import HTTPException
 from bot.dashboard import charts
 from bot.dashboard.auth import check_csrf, csrf_token, require, viewer
 from bot.dashboard.context import state
-from bot.dashboard.queries import WINDOWS, FilterError, Filters, queues, run_status
+from bot.dashboard.queries import WINDOWS, FilterError, Filters, environments, queues, run_status
 from bot.history import TRUNK, day_range
 from bot.publisher import DispatchError
 from bot.services import services
@@ -184,4 +184,5 @@ def _run_refusal(run_id: int):
 @blueprint.get("/devices")
 def devices():
     return render_template("dashboard/devices.html", devices=state().dashboard.devices(),
-                           queues=queues(state().redis), filters=Filters())
+                           queues=queues(state().redis), environments=environments(state().redis),
+                           filters=Filters())

@@ -15,7 +15,7 @@ from datetime import date, datetime, timedelta, timezone
 from sqlalchemy import Integer, and_, exists, func, select
 
 from bot.history import TRUNK, History, day_range
-from bot.queues import QUEUES
+from bot.queues import ENVIRONMENTS_KEY, QUEUES
 
 PAGE = 50
 WINDOWS = (1, 7, 30, 90)
@@ -419,6 +419,21 @@ def queues(redis_client, now: float | None = None) -> list[dict]:
                 age = max(0.0, round(now - float(seen), 3)) if seen else 0.0
         out.append({"queue": name, "depth": depth, "oldest_age_seconds": age})
     return out
+
+
+def environments(redis_client) -> list[dict]:
+    """Commit environments the `build` workers are making or made (tasks/warm.py writes them),
+    newest first: what each cost in seconds and on disk, and why one failed."""
+    out = []
+    for raw in redis_client.hvals(ENVIRONMENTS_KEY):
+        try:
+            entry = json.loads(raw)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(entry, dict) and {"repo", "sha", "state"} <= set(entry):
+            out.append({k: entry.get(k) for k in ("repo", "branch", "sha", "state", "started", "seconds",
+                                                  "compiled", "disk_bytes", "reason")})
+    return sorted(out, key=lambda e: -(e.get("started") or 0))
 
 
 def _task_id(raw) -> str | None:

@@ -34,11 +34,12 @@ class Known:
 
 
 def cache_key(ws, run: SuiteRun, plan) -> str:
-    version = ws.installed / "version.py"
+    """The merge base's environment (its laid tree names the compiled parts it lies over, its
+    torch the interpreter's packages) is part of the key: a test's outcome is that environment's."""
+    env = run.build.environment
     payload = json.dumps({
         "merge_base": plan.merge_base, "recipes": plan.recipes, "suite": repr(run.suite),
-        "target": run.target, "installed": str(ws.installed),
-        "installed_version": version.read_text() if version.exists() else "",
+        "target": run.target, "environment": [env.tree_key, env.torch, env.pythonpath] if env else str(ws.installed),
     })
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
 

@@ -3,7 +3,8 @@ in a CI job's log are judged by the same rule (`judge`) and set aside by the sam
 (`apply_ignores`), so every verdict means the same wherever it was found:
 
     environment   the engine says the environment is at fault (checked first: never blamed), or
-                  a package the worker lacks is missing at head and at the merge base alike
+                  a package the worker lacks is missing at head and at the merge base alike, or
+                  the merge base's environment could not be made or is not healthy
     pre_existing  fails at head and at the merge base (CI: the merge base's CI has the same
                   fingerprint)
     flaky         failed at head, passed when retried at the same head
@@ -85,10 +86,14 @@ def judge(found: list[Failure], *, failed_at_base: bool, passed_on_retry: bool =
 
 
 def decide(base: dict[Key, TestResult], head: dict[Key, TestResult], failures: dict[Key, list],
-           retried: dict[Key, TestResult], complete: set[tuple[str, str]] | None = None) -> list[Verdict]:
+           retried: dict[Key, TestResult], complete: set[tuple[str, str]] | None = None,
+           base_broken: str = "") -> list[Verdict]:
     """The bot's own run: one verdict per failing test (and per fixed one). `complete`:
     (suite, target) pairs whose merge-base results are whole; `fixed` is only said for those
-    (None: all)."""
+    (None: all). `base_broken`: why the merge base's environment cannot be trusted (it could not
+    be made, or is not healthy); then no failure is new or pre-existing, all are `environment`."""
+    if base_broken:
+        base, retried, complete = {}, {}, set()
     verdicts = []
     for key, test in head.items():
         base_test = base.get(key)
@@ -101,7 +106,7 @@ def decide(base: dict[Key, TestResult], head: dict[Key, TestResult], failures: d
                 suite=key[0], test=key[2], target=key[1], base=base_outcome, head=test.outcome,
                 verdict=judge(found, failed_at_base=base_outcome in FAILED,
                               passed_on_retry=key in retried and retried[key].outcome == "passed",
-                              environment=_same_missing_package(test, base_test)),
+                              environment=bool(base_broken) or _same_missing_package(test, base_test)),
                 failure=failure, log_excerpt=_excerpt(test.text or test.message, failure)))
         elif base_outcome in FAILED and test.outcome == "passed" and (complete is None or key[:2] in complete):
             verdicts.append(Verdict(suite=key[0], test=key[2], target=key[1], base=base_outcome,

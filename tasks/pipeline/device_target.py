@@ -85,7 +85,7 @@ class DeviceTarget:
     def env_for(self, run: SuiteRun) -> dict[str, str]:
         """The export's environment (the sandbox's; the device settings never reach it)."""
         return scrubbed_env(run.work_dir(), sandbox=run.sandbox, python=run.python,
-                            pythonpath=[run.build.overlay_dir or "", str(suite_runner.PLUGIN_DIR)],
+                            pythonpath=[*run.pythonpath(), str(suite_runner.PLUGIN_DIR)],
                             pass_through=self.tool_env)
 
     def run_many(self, runs: list[SuiteRun]) -> list[tuple[list[SuiteResult], float, bool]]:

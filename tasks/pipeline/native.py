@@ -24,6 +24,7 @@ read-only there, the build folder and the compiler cache writable, no network.
 from __future__ import annotations
 
 import fcntl
+import glob
 import hashlib
 import io
 import json
@@ -36,7 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tasks.pipeline import gitio
+from tasks.pipeline import gitio, treepaths
 from tasks.pipeline.sandbox import run_logged, scrubbed_env
 from tasks.pipeline.tables import Recipe
 
@@ -362,6 +363,7 @@ class BuildSpec:
     timeout: float = 3600
     use_cache: bool = True
     tool_env: tuple[tuple[str, str], ...] = ()
+    shared_ccache: Path | None = None  # a directory build machines share: ccache's file: remote storage
 
 
 def build(spec: BuildSpec, recipe: Recipe, commit: str, classify, toolchain: Toolchain = TOOLCHAINS["host"],
@@ -401,6 +403,11 @@ def build(spec: BuildSpec, recipe: Recipe, commit: str, classify, toolchain: Too
         commands = [_expand(c, values, toolchain.cmake_args(root)) for c in recipe.commands]
         toolchain_dir = [root / "toolchains"] if toolchain.toolchain_file else []  # the sandbox reads the file
         configure, build_steps = commands[0], commands[1:]
+        # a sub-build that writes into its own sources (flatcc puts lib/ and bin/ there): those
+        # directories, made in our checkout, are the only writable part of it
+        in_sources = [treepaths.replace_target(src, rel + "/.etriage-writable").parent for rel in recipe.writable_sources]
+        for path in in_sources:
+            path.mkdir(parents=True, exist_ok=True)
         result.fresh_folder = foreign_reason(folder, src, configure)
         if result.fresh_folder:
             if folder.exists():
@@ -413,7 +420,14 @@ def build(spec: BuildSpec, recipe: Recipe, commit: str, classify, toolchain: Too
                            extra={"CCACHE_DIR": str(ccache_dir), "CCACHE_BASEDIR": str(root),
                                   "CCACHE_MAXSIZE": CACHE_MAX_SIZE, "CCACHE_STATSLOG": str(statslog),
                                   "CMAKE_C_COMPILER_LAUNCHER": "ccache", "CMAKE_CXX_COMPILER_LAUNCHER": "ccache",
-                                  "CMAKE_BUILD_PARALLEL_LEVEL": str(spec.jobs)})
+                                  "CMAKE_BUILD_PARALLEL_LEVEL": str(spec.jobs),
+                                  # another build machine's objects: ccache's remote storage is a
+                                  # shared directory (the sandbox has no network for its redis:)
+                                  **({"CCACHE_REMOTE_STORAGE": f"file:{spec.shared_ccache}"}
+                                     if spec.shared_ccache else {})})
+        shared = [Path(spec.shared_ccache)] if spec.shared_ccache else []
+        for path in shared:
+            path.mkdir(parents=True, exist_ok=True)
         steps = ([("configure", configure)] if result.fresh_folder else []) + \
             [(f"build{'' if i == 0 else i + 1}", c) for i, c in enumerate(build_steps)]
         for name, cmd in steps:
@@ -421,7 +435,7 @@ def build(spec: BuildSpec, recipe: Recipe, commit: str, classify, toolchain: Too
             done = run_logged(cmd, cwd=folder, env=env, log_path=spec.run_dir / "native" /
                               f"{recipe.name}-{commit[:12]}-{name}.log", timeout=spec.timeout,
                               sandbox=spec.sandbox, python=spec.python, readable=[src, *toolchain_dir],
-                              writable=[folder, ccache_dir], outputs=[statslog])
+                              writable=[folder, ccache_dir, *in_sources, *shared], outputs=[statslog])
             result.steps[name] = round(time.monotonic() - t, 2)
             progress(f"native {recipe.name}: {name} {'ok' if done.returncode == 0 else 'FAILED'} "
                      f"in {done.seconds:.1f} s")
@@ -489,8 +503,12 @@ def _store(folder: Path, recipe: Recipe, artifacts: Path, result: NativeBuild, u
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    for rel in recipe.artifacts:
-        shutil.copy2(folder / rel, tmp / Path(rel).name)
+    for rel in recipe.artifacts:  # a glob names files whose ABI tag is the interpreter's
+        found = sorted(folder.glob(rel)) if glob.has_magic(rel) else [folder / rel]
+        if not found:
+            raise FileNotFoundError(f"{recipe.name}: the build left no {rel} in {folder}")
+        for path in found:
+            shutil.copy2(path, tmp / path.name)
     (tmp / "build.json").write_text(json.dumps({"recipe": recipe.name, "toolchain": result.toolchain,
                                                 "commit": result.commit, "steps": result.steps,
                                                 "compiled": len(result.compiled),

@@ -64,7 +64,7 @@ class HostNativeTarget:
         backends = RECIPE_BACKENDS[recipe]
         result.command = [run.python, "-m", "tasks.pipeline.programs", "export", "--out", str(bundle),
                           "--backends", ",".join(backends)]
-        env = scrubbed_env(work, sandbox=run.sandbox, python=run.python, pythonpath=[run.build.overlay_dir or ""],
+        env = scrubbed_env(work, sandbox=run.sandbox, python=run.python, pythonpath=run.pythonpath(),
                            pass_through=self.tool_env)
         done = run_logged(result.command, cwd=work, env=env, log_path=work / "export.log",
                           timeout=run.timeout, sandbox=run.sandbox, python=run.python,

@@ -1,5 +1,10 @@
 """The Python overlay: the installed `executorch` package with a change's files swapped in.
 
+One way a tree is laid, no longer the rebuild itself: a triage runs each side on its commit's
+whole environment (tasks/environments/, which lays with `farm` too); the overlay remains for a
+regression patch over the installed package (tests/probes) and the mutation benchmark, whose
+mutants are one file over the installed package by construction.
+
 A symlink farm in a per-run directory: unchanged entries are symlinked wholesale, real
 directories exist only along the paths of changed files, changed/added files are written
 from the commit, deleted (or renamed-away) files are absent. Subprocesses get
@@ -69,7 +74,7 @@ def lay_overlay(installed: Path, overlay_root: Path, files: dict[str, bytes],
             real_dirs.add("/".join(parts[:i]))
     package_dir = overlay_root / PACKAGE
     package_dir.mkdir(parents=True)
-    _farm(installed, package_dir, "", real_dirs, set(files) | set(removed))
+    farm(installed, package_dir, "", real_dirs, set(files) | set(removed))
     for path, content in files.items():
         dest = package_dir / path
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -77,7 +82,9 @@ def lay_overlay(installed: Path, overlay_root: Path, files: dict[str, bytes],
     return package_dir
 
 
-def _farm(src: Path, dst: Path, rel: str, real_dirs: set[str], skip: set[str]) -> None:
+def farm(src: Path, dst: Path, rel: str, real_dirs: set[str], skip: set[str]) -> None:
+    """Symlink `src`'s entries into `dst`, descending (real directories) only into `real_dirs`
+    and leaving out `skip` (package-relative paths)."""
     with os.scandir(src) as entries:
         for entry in entries:
             entry_rel = f"{rel}/{entry.name}" if rel else entry.name
@@ -85,7 +92,7 @@ def _farm(src: Path, dst: Path, rel: str, real_dirs: set[str], skip: set[str]) -
                 continue
             if entry_rel in real_dirs and entry.is_dir():
                 (dst / entry.name).mkdir()
-                _farm(Path(entry.path), dst / entry.name, entry_rel, real_dirs, skip)
+                farm(Path(entry.path), dst / entry.name, entry_rel, real_dirs, skip)
             elif entry.name == "__pycache__" and rel in real_dirs:
                 # stale for the changed modules of this directory; let Python compile
                 continue
@@ -106,7 +113,7 @@ def module_name(path: str) -> str | None:
 
 
 def verify_overlay(ws, env: dict[str, str], overlay_root: Path, package_dir: Path,
-                   modules: list[str]) -> tuple[list[str], str]:
+                   modules: list[str], readable=()) -> tuple[list[str], str]:
     """(modules that do not resolve into the overlay, import error text or "").
 
     An import error is the change's own business (its tests will show it), not the overlay's.
@@ -119,7 +126,7 @@ def verify_overlay(ws, env: dict[str, str], overlay_root: Path, package_dir: Pat
             "    print(name, spec.origin if spec else None)\n")
     done = run_logged([ws.python, "-c", code, *modules], cwd=overlay_root, env=env,
                       log_path=ws.run_dir / "logs" / f"verify-{overlay_root.name}.log", timeout=300,
-                      sandbox=ws.sandbox, python=ws.python, readable=[overlay_root])
+                      sandbox=ws.sandbox, python=ws.python, readable=[overlay_root, *readable])
     lines = done.tail(200000).splitlines()[1:]  # the first line echoes the command
     if done.returncode != 0:
         last = ([line for line in lines if line.strip()] or ["no output"])[-1]

@@ -47,6 +47,8 @@ def suites_for(backends: set[str], tables: Tables, only: list[str] | None,
 def recipes_for(files: list[ChangedFile], backends: set[str], tables: Tables) -> list[str]:
     chosen = []
     for recipe in tables.recipes.values():
+        if recipe.kind == "environment":  # a commit's compiled parts: tasks/environments decides
+            continue
         # the overlay takes what it covers; a cmake recipe what its `paths` say rebuilds it
         hit = recipe.triggered_by if recipe.kind == "cmake" else recipe.covers
         touched = [f for f in files if hit(f.path) or (f.old_path and hit(f.old_path))]

@@ -104,6 +104,16 @@ def _misses(plan, h: str) -> list[str]:
     return lines + [""]
 
 
+def _environment(env) -> str:
+    """One commit's environment in a few words: where its compiled parts come from, its torch."""
+    if env.status != "ok":
+        return f"could not be made ({env.reason[:160]})"
+    parts = {"wheel": f"the wheel's compiled parts ({env.release})", "registry": f"the {env.release} registry wheel",
+             "built": "compiled parts built from its sources"}.get(env.compiled, env.compiled)
+    health = "" if env.healthy is None else ", healthy" if env.healthy else f", not healthy ({env.health[:120]})"
+    return f"its tree over {parts}, torch {env.torch}{health}"
+
+
 def to_markdown(report: Report, *, section_title: str | None = None) -> str:
     """The report as a stand-alone comment (`## etriage: <headline>` first) or, with
     `section_title`, as one section of a larger comment: `### <section_title>` instead of the
@@ -116,6 +126,11 @@ def to_markdown(report: Report, *, section_title: str | None = None) -> str:
              f"{len(plan.changed_files)} changed file(s); areas: {', '.join(plan.areas) or '-'}; "
              f"backends: {', '.join(plan.backends) or '-'}; build: {report.build.status}"
              + (f" ({report.build.reason})" if report.build.reason else ""), ""]
+    environments = [(side, env) for side, env in (("head", report.build.environment),
+                                                   ("merge base", report.base_environment)) if env]
+    if environments:
+        lines += ["Environments: " + "; ".join(f"{side} `{env.commit[:12]}`: {_environment(env)}"
+                                               for side, env in environments), ""]
     for note in plan.notes:
         lines.append(f"> {note}")
     if plan.notes:

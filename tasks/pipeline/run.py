@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tasks.pipeline import base, compare, durations, select, suspects
-from tasks.pipeline.build import Workspace, build_commit
+from tasks.pipeline.build import Workspace, build_commit, compiled_choices
+from tasks.pipeline.gitio import GitError
 from tasks.pipeline.overlay import installed_package_dir
 from tasks.pipeline.plan import plan_change
 from tasks.pipeline.pytest_plugin.etriage_pytest import BUDGET_REASON
@@ -50,6 +51,8 @@ class TriageOptions:
     select_all: bool = False  # run every relevant test that can run here (`/etriage run selected --all`)
     path_backends: dict[str, str] = field(default_factory=dict)  # the repository's `triage.paths`
     targets_named: bool = True  # False: `targets` are an automatic run's defaults (plan_change)
+    fetch: bool = True  # commit environments may fetch a registry wheel or a pinned torch
+    shared_store: Path | None = None  # built compiled parts shared between build machines
 
 
 NO_SANDBOX = "no sandbox"  # the reason's first words, in the report and on the check run
@@ -82,7 +85,8 @@ def triage(options: TriageOptions, *, classify=classify_text, progress=_quiet) -
     ws = Workspace(repo=repo, python=options.python,
                    installed=Path(options.installed or installed_package_dir(options.python, options.sandbox, run_dir)),
                    run_dir=run_dir, data_dir=data_dir, use_cache=options.use_cache,
-                   tool_env=tuple(options.tool_env.items()), sandbox=options.sandbox)
+                   tool_env=tuple(options.tool_env.items()), sandbox=options.sandbox, fetch=options.fetch,
+                   shared_store=options.shared_store)
     try:
         return _triage_in(ws, tables, plan, options, classify, progress, start)
     finally:
@@ -116,11 +120,26 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
 
     targets = {name: make_target(tables.targets[name], options.tool_env) for name in plan.targets}
     toolchains = _toolchains(plan, tables, targets)
-    progress(f"build head {plan.head[:12]} ({', '.join(plan.recipes) or 'overlay'}) ...")
+    try:
+        choices = compiled_choices(ws, [plan.merge_base, plan.head], tables)
+    except (GitError, OSError) as error:
+        build = BuildResult(status="environment", kind="environment", commit=plan.head,
+                            reason=f"could not read the commits' native sources: {error}")
+        return _environment_failed(plan, build, "head", start)
+    progress(f"build head {plan.head[:12]} (environment{', ' if plan.recipes else ''}{', '.join(plan.recipes)}) ...")
     head_build = build_commit(ws, tables, plan.head, plan.changed_files, plan.recipes, classify, progress,
-                              toolchains)
+                              toolchains, choice=choices[plan.head])
+    if head_build.status != "ok" and head_build.kind == "environment":  # head's environment: is the base's any better?
+        progress("head's environment could not be made; making the merge base's to compare ...")
+        base_env = build_commit(ws, tables, plan.merge_base, [], [], classify, progress, toolchains,
+                                choice=choices[plan.merge_base])
+        if base_env.status != "ok":
+            return _environment_failed(plan, base_env, "merge base", start)
+        if head_build.status == "environment":
+            return _environment_failed(plan, head_build, "head", start)
     if head_build.status == "failed":
-        return _build_failed(ws, tables, plan, head_build, classify, progress, start, toolchains)
+        return _build_failed(ws, tables, plan, head_build, classify, progress, start, toolchains,
+                             choices[plan.merge_base])
 
     def record_durations(results, seconds, whole):
         if ws.use_cache:
@@ -142,18 +161,30 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
     failures = compare.classify_failing(head_idx, classify)
     _note_budget_skips(plan, head_results)
 
-    # 2. merge base: only head's failures that need it (or the cache answers)
+    # 2. merge base, on its own environment (shown healthy first): only head's failures that
+    # need it (or the cache answers)
+    # its health matters only when a verdict will rest on its outcomes (a head failure to compare,
+    # a crashed suite, --full-base); then it is checked once per merge base and cached
+    needs_base = options.full_base or bool(base.needed(failures)) or any(r.status == "crashed" for r in head_results)
+    progress(f"build merge base {plan.merge_base[:12]} (environment) ...")
     base_build = build_commit(ws, tables, plan.merge_base, [], plan.recipes, classify, progress,  # native: cached per key
-                              toolchains)
-    base_results, base_runs, complete = base.base_outcomes(
-        ws, targets, plan, head_runs, head_results, failures, base_build,
-        full_base=options.full_base, progress=progress, record_durations=record_durations)
+                              toolchains, choice=choices[plan.merge_base], check_health=needs_base)
+    broken = base_broken(base_build)
+    if broken:
+        progress(broken)
+        plan.notes.append(f"{broken}. No failure of this run is called new or pre-existing: they are "
+                          "reported as environment failures.")
+        base_results, base_runs, complete = [], [], set()
+    else:
+        base_results, base_runs, complete = base.base_outcomes(
+            ws, targets, plan, head_runs, head_results, failures, base_build,
+            full_base=options.full_base, progress=progress, record_durations=record_durations)
     base_idx = compare.index(base_results)
 
     # 3. retry what would be new; verdicts; suspects
-    retried = _retry(ws, tables, targets, head_build, compare.retry_candidates(base_idx, head_idx, failures),
-                     options, progress)
-    verdicts = compare.decide(base_idx, head_idx, failures, retried, complete)
+    retried = {} if broken else _retry(ws, tables, targets, head_build,
+                                       compare.retry_candidates(base_idx, head_idx, failures), options, progress)
+    verdicts = compare.decide(base_idx, head_idx, failures, retried, complete, base_broken=broken)
     regions = suspects.changed_regions(ws.repo, plan.merge_base, plan.head, plan.changed_files)
     for verdict in verdicts:
         key = (verdict.suite, verdict.target, verdict.test)
@@ -168,7 +199,37 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
     cached = any("cache" in b.source for b in base_runs) and not any(b.ran for b in base_runs)
     report = _report(plan, head_build, verdicts, head_results + not_run_results, start, cached)
     report.base_runs = base_runs
+    report.base_environment = base_build.environment
     return report
+
+
+def base_broken(base_build: BuildResult) -> str:
+    """Why the merge base cannot give outcomes ("" when it can): its environment could not be
+    made, or was made and is not healthy. A failure is then never `new` and never
+    `pre_existing`."""
+    env = base_build.environment
+    if base_build.status in ("environment", "failed"):
+        return f"could not build the merge base {base_build.commit[:12]}: {base_build.reason}"
+    if env is not None and env.healthy is False:
+        return f"could not build the merge base {base_build.commit[:12]}: its environment is not healthy ({env.health})"
+    return ""
+
+
+def _environment_failed(plan, build: BuildResult, side: str, start) -> Report:
+    """The head's environment could not be made: nothing of the change ran, and the one verdict
+    says why, naming the environment (never the change)."""
+    reason = (f"could not build the merge base {build.commit[:12]}: {build.reason}" if side == "merge base"
+              else f"could not make the head's environment: {build.reason}")
+    failure = Failure(line=reason, line_no=0, category="import_or_env", environment=True, rule="environment",
+                      title="The commit's environment could not be made",
+                      explanation="Each side runs on its own commit's Python tree, compiled parts and torch; "
+                                  "this one could not be made on this worker.")
+    verdict = Verdict(suite="environment", test=f"{side} {build.commit[:12]}", target="build", base="-",
+                      head="not_run", verdict="environment", failure=failure)
+    results = [SuiteResult(suite=name, target=target, commit=plan.head, status="not_run", reason=reason)
+               for name in plan.suites for target in plan.targets]
+    plan.notes.append(f"Nothing of this change was run: {reason}.")
+    return _report(plan, build, [verdict], results, start, base_cached=False)
 
 
 def _toolchains(plan, tables: Tables, targets: dict) -> tuple[str, ...]:
@@ -280,13 +341,19 @@ def _retry(ws, tables, targets, head_build, keys, options, progress) -> dict:
     return retried
 
 
-def _build_failed(ws, tables, plan, head_build, classify, progress, start, toolchains=("host",)) -> Report:
-    """A build that fails at head is the change's unless it fails at the merge base too."""
+def _build_failed(ws, tables, plan, head_build, classify, progress, start, toolchains=("host",),
+                  choice=None) -> Report:
+    """A build that fails at head is the change's unless it fails at the merge base too (or the
+    merge base's environment cannot be made: then it is nobody's verdict but the environment's)."""
     progress("head build failed; building the merge base to compare ...")
-    base_build = build_commit(ws, tables, plan.merge_base, [], plan.recipes, classify, progress, toolchains)
+    base_build = build_commit(ws, tables, plan.merge_base, [], plan.recipes, classify, progress, toolchains,
+                              choice=choice)
     failure = compare.primary(head_build.failures) or Failure(  # e.g. an overlay that did not verify
         line=head_build.reason, line_no=0, category="build_failure")
-    verdict = compare.judge([failure], failed_at_base=base_build.status == "failed")
+    verdict = compare.judge([failure], failed_at_base=base_build.status == "failed",
+                            environment=base_build.status == "environment")
+    if base_build.status == "environment":
+        plan.notes.append(f"could not build the merge base {plan.merge_base[:12]}: {base_build.reason}")
     regions = suspects.changed_regions(ws.repo, plan.merge_base, plan.head, plan.changed_files)
     text = head_build.log_excerpt
     result = Verdict(suite="build", test=", ".join(plan.recipes), target="build", base=base_build.status,

@@ -54,7 +54,11 @@ class SuiteRun:
     def readable(self) -> list[Path]:
         """What the run reads besides the interpreter: the overlay, native builds, its work dir."""
         paths = [Path(self.build.overlay_dir)] if self.build.overlay_dir else []
-        return paths + [Path(p) for p in self.build.build_dirs.values()] + [self.work_dir()]
+        return paths + [Path(p) for p in [*self.build.readable, *self.build.build_dirs.values()]] + [self.work_dir()]
+
+    def pythonpath(self) -> list[str]:
+        """The commit's environment: its laid tree, then what it adds (a pinned torch)."""
+        return [self.build.overlay_dir or "", *self.build.pythonpath]
 
     def work_dir(self) -> Path:
         path = (self.run_dir / "suites"

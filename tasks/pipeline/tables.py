@@ -77,6 +77,7 @@ class Recipe:
     artifacts: tuple[str, ...] = ()  # cmake: files kept from the build folder (tasks/pipeline/native.py)
     requires_env: tuple[str, ...] = ()  # cmake: variables the worker must set, else not run
     for_suites: tuple[str, ...] = ()  # cmake: built only when one of these suites is planned
+    writable_sources: tuple[str, ...] = ()  # checkout directories the build writes (flatcc's lib/, bin/)
 
     def triggered_by(self, path: str) -> bool:
         return any(fnmatchcase(path, p) for p in self.paths or self.inputs)

@@ -37,7 +37,7 @@ class HostTarget:
 
     def env_for(self, run: SuiteRun, extra: dict[str, str] | None = None) -> dict[str, str]:
         return scrubbed_env(run.work_dir(), sandbox=run.sandbox, python=run.python,
-                            pythonpath=[run.build.overlay_dir or "", str(suite_runner.PLUGIN_DIR)],
+                            pythonpath=[*run.pythonpath(), str(suite_runner.PLUGIN_DIR)],
                             pass_through=self.tool_env, extra=extra)
 
     def run(self, run: SuiteRun) -> SuiteResult:

@@ -133,3 +133,26 @@ def test_closed_pull_requests_are_not_open_ones(client, seeded_sqlite):
     assert closed and listed
     assert not closed & {(p["repo"], p["pr"]) for p in listed}
     assert all(p["counts"]["new"] > 0 for p in listed)
+
+
+def test_environments_being_built_and_their_cost(client, redis_url):
+    import redis as redis_module
+
+    from bot.queues import ENVIRONMENTS_KEY
+    from tasks.warm import record
+
+    redis_client = redis_module.Redis.from_url(redis_url)
+    redis_client.delete(ENVIRONMENTS_KEY)
+    record(redis_client, {"repo": "pytorch/executorch", "branch": "main", "sha": "53a39f600c" + "0" * 30,
+                          "state": "ready", "started": 1.0, "seconds": 611.4, "compiled": "built",
+                          "disk_bytes": 48 << 20, "reason": ""})
+    record(redis_client, {"repo": "pytorch/executorch", "branch": "release/1.4", "sha": "e4d02f41f7" + "0" * 30,
+                          "state": "building", "started": 2.0, "seconds": None, "compiled": "", "disk_bytes": None,
+                          "reason": ""})
+    html = client.get("/dashboard/devices").get_data(as_text=True)
+    rows = re.findall(r"<tr><td>pytorch/executorch</td>.*?</tr>", html, re.S)
+    assert len(rows) == 2 and "e4d02f41f700" in rows[0] and "building" in rows[0]  # newest first
+    assert "53a39f600c00" in rows[1] and "611 s" in rows[1] and "48.0 MiB" in rows[1] and "built" in rows[1]
+    api = client.get("/api/devices").get_json()
+    assert [e["state"] for e in api["environments"]] == ["building", "ready"]
+    redis_client.delete(ENVIRONMENTS_KEY)

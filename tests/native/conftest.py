@@ -19,7 +19,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-TARBALL = ROOT.parent / "shared" / "executorch-src" / "executorch-v1.4.1-src.tar.xz"
+# ../shared beside the clone; ETRIAGE_SHARED_DIR names it for a worktree that sits elsewhere
+SOURCES = Path(os.environ.get("ETRIAGE_SHARED_DIR") or ROOT.parent / "shared") / "executorch-src"
+TARBALL = SOURCES / "executorch-v1.4.1-src.tar.xz"
+PYBIND11 = SOURCES / "pybind11-d03662f0.tar.xz"  # third-party/pybind11
 GIT_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LC_ALL": "C", "GIT_CONFIG_NOSYSTEM": "1",
            "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_AUTHOR_NAME": "etriage", "GIT_AUTHOR_EMAIL": "etriage@example.invalid",
            "GIT_COMMITTER_NAME": "etriage", "GIT_COMMITTER_EMAIL": "etriage@example.invalid",
@@ -70,7 +73,21 @@ def source_repo(native_tools, tmp_path_factory) -> SourceRepo:
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A", "--force")  # the release tree tracks files its .gitignore names (build/)
     git(repo, "commit", "-q", "--no-gpg-sign", "-m", "ExecuTorch v1.4.1 sources")
+    add_pybind11(repo)
     return SourceRepo(repo, git(repo, "rev-parse", "HEAD"))
+
+
+def add_pybind11(repo: Path) -> None:
+    """The submodule the sources' archive leaves out, which a build of the Python extension
+    modules needs (tasks/environments/), as a second commit: the root commit, and with it the
+    native checkout's place, stay what they were. Tagged v1.4.1, as upstream tags the commit
+    the wheel was built from: the environments find the wheel's sources by that tag when the
+    wheel's own commit (executorch/version.py) is not in the repository."""
+    with tarfile.open(PYBIND11) as tar:
+        tar.extractall(repo / "third-party", filter="data")
+    git(repo, "add", "-A", "--force", "third-party/pybind11")
+    git(repo, "commit", "-q", "--no-gpg-sign", "-m", "third-party/pybind11 at d03662f0 (the commit v1.4.1 pins)")
+    git(repo, "tag", "v1.4.1")
 
 
 @pytest.fixture(scope="session")

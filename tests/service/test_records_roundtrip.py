@@ -15,14 +15,14 @@ from hypothesis import strategies as st
 
 from bot.store import Store
 from tasks import records
-from tasks.records import (BaseRun, BuildResult, ChangedFile, CiReport, Plan, Report, SelectedTest,
-                           Suspect, SuiteResult, Verdict)
+from tasks.records import (BaseRun, BuildResult, ChangedFile, CiReport, CommitEnvironment, Plan, Report,
+                           SelectedTest, Suspect, SuiteResult, Verdict)
 from tasks.service import report_payload
 from tasks.summary import PublishPayload
 from triage_rules.records import Failure, Frame, dump, load
 
 RECORDS = [Failure, Frame, ChangedFile, SelectedTest, Plan, BuildResult, records.TestResult, SuiteResult,
-           BaseRun, Suspect, Verdict, Report, CiReport, PublishPayload]
+           BaseRun, Suspect, Verdict, Report, CiReport, PublishPayload, CommitEnvironment]
 TEXT = st.text(max_size=12)
 JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | TEXT
                            | st.floats(allow_nan=False),

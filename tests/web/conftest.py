@@ -50,6 +50,9 @@ class RecordingDispatcher:
     def installation(self, installation_id, account, action):
         return self._record("installation", locals())
 
+    def warm_environment(self, repo, branch, sha, installation_id):
+        return self._record("warm_environment", locals())
+
 
 def sign(body: bytes, secret: str = SECRET) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
