@@ -74,6 +74,7 @@ class WorkerOptions:
         fetch = FetchPolicy(
             timeout_seconds=number("ETRIAGE_FETCH_TIMEOUT", default.timeout_seconds, float),
             horizon_days=number("ETRIAGE_MIRROR_HORIZON_DAYS", default.horizon_days),
+            worktree_files=environ.get("ETRIAGE_WORKTREE_FILES", "").strip().lower() in ("1", "true", "yes"),
             worktrees_max_bytes=gib("ETRIAGE_WORKTREES_MAX_GIB", default.worktrees_max_bytes),
             mirror_max_bytes=gib("ETRIAGE_MIRROR_MAX_GIB", default.mirror_max_bytes),
             reserve_bytes=gib("ETRIAGE_DISK_RESERVE_GIB", default.reserve_bytes),

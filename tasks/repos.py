@@ -80,7 +80,8 @@ class FetchPolicy:
     timeout_seconds: float = 600.0  # one git command that talks to the network
     horizon_days: int = 0  # 0: the mirror has the whole history; else only since then (shallow)
     deepen_commits: int = 1000  # a shallow mirror deepens once by this much to find a merge base
-    worktrees_max_bytes: int = 20 * GIB  # all live worktrees of this worker's data directory
+    worktree_files: bool = False  # check the head's files out into the worktree (nothing reads them yet)
+    worktrees_max_bytes: int = 20 * GIB  # all live worktrees' files, under this data directory
     mirror_max_bytes: int = 20 * GIB  # a mirror above this is made again (its blobs dropped)
     reserve_bytes: int = 2 * GIB  # free disk a fetch or a worktree must leave
     submodule_hosts: tuple[str, ...] = ()  # hosts submodules may come from besides the git host
@@ -221,9 +222,9 @@ class Repos:
             raise FetchError("base", f"the base `{pull.base_ref}` is not a branch of {pull.repo} ({kind}no "
                                      f"{branch} on {self.git_url})")
         fetch.refs([f"+{branch}:{branch}"] + ([f"+{pull_ref}:{pull_ref}"] if pull_ref in advertised else []))
-        moved = advertised.get(pull_ref)
+        now = advertised.get(pull_ref)  # where the pull request's head is on the host, if anywhere
         if not _has_commit(mirror, pull.head_sha):
-            why = (f"{pull_ref} is now {moved[:12]} (force-pushed)" if moved else f"{pull_ref} is gone")
+            why = (f"{pull_ref} is now {now[:12]} (force-pushed)" if now else f"{pull_ref} is gone")
             if not fetch.by_id(pull.head_sha):
                 raise FetchError("head", f"the head {pull.head_sha[:12]} of {pull.repo}#{pull.number} is no longer "
                                          f"on {self.git_url}: {why}; the newer head is triaged when its push arrives")
@@ -232,7 +233,7 @@ class Repos:
             raise FetchError("base", f"the base commit {pull.base_sha[:12]} is no longer on {pull.base_ref} of "
                                      f"{pull.repo} (the branch was rewritten)")
         checkout.steps["fetch"] = round(time.monotonic() - started, 2)
-        checkout.merge_base = self._merge_base(mirror, pull, fetch, branch, pull_ref if moved else None)
+        checkout.merge_base = self._merge_base(mirror, pull, fetch, branch, pull_ref if now else None)
         if blobs:
             started = time.monotonic()
             fetch.blobs([pull.head_sha, checkout.merge_base])
@@ -278,39 +279,52 @@ class Repos:
 
     # ---- worktrees ----------------------------------------------------------------------------
     def _add_worktree(self, checkout: Checkout):
+        """The run's worktree at the head: its own HEAD and a place for its submodules; the files
+        are checked out only with `worktree_files` (the pipeline reads git objects, and checking
+        out ExecuTorch's 24,000 files and removing them costs more than the fetch)."""
         started = time.monotonic()
-        size = sum(int(line.split()[3]) for line in
-                   run_git(checkout.mirror, "ls-tree", "-r", "-l", "--full-tree", checkout.head).splitlines()
-                   if line.split()[1] == "blob")
         worktrees = self.root / "worktrees"
         worktrees.mkdir(parents=True, exist_ok=True)
-        live = sum(json.loads(p.read_text() or "{}").get("bytes", 0) for p in self._locks(held=True))
-        if live + size > self.policy.worktrees_max_bytes:
-            raise FetchError("disk", f"a worktree of {checkout.head[:12]} needs {_gib(size)}; with the runs in "
-                                     f"progress ({_gib(live)}) that is over the worktrees' cap "
-                                     f"({_gib(self.policy.worktrees_max_bytes)}, ETRIAGE_WORKTREES_MAX_GIB)")
-        self._check_free(worktrees, size, "worktree")
+        size = 0
+        if self.policy.worktree_files:
+            size = sum(int(line.split()[3]) for line in
+                       run_git(checkout.mirror, "ls-tree", "-r", "-l", "--full-tree", checkout.head).splitlines()
+                       if line.split()[1] == "blob")
+            live = sum(json.loads(p.read_text() or "{}").get("bytes", 0) for p in self._locks(held=True))
+            if live + size > self.policy.worktrees_max_bytes:
+                raise FetchError("disk", f"a worktree of {checkout.head[:12]} needs {_gib(size)}; with the runs "
+                                         f"in progress ({_gib(live)}) that is over the worktrees' cap "
+                                         f"({_gib(self.policy.worktrees_max_bytes)}, ETRIAGE_WORKTREES_MAX_GIB)")
+            self._check_free(worktrees, size, "worktree")
         owner, name = _split(checkout.repo)
         stem = f"{owner}+{name}-{checkout.head[:12]}-{os.getpid()}-{next(self._serial)}"
-        lock = open(worktrees / f"{stem}.lock", "w")
+        # held before it has its name, so `prune` never sees the lock of a live run unheld
+        pending = worktrees / f".{stem}.lock.new"
+        lock = open(pending, "w")
         fcntl.flock(lock, fcntl.LOCK_EX)
         lock.write(json.dumps({"repo": checkout.repo, "bytes": size, "pid": os.getpid()}))
         lock.flush()
+        os.rename(pending, worktrees / f"{stem}.lock")
         checkout.path = worktrees / stem
         try:
-            run_git(checkout.mirror, "worktree", "add", "-q", "--detach", str(checkout.path), checkout.head)
+            run_git(checkout.mirror, "worktree", "add", "-q", "--detach",
+                    *([] if self.policy.worktree_files else ["--no-checkout"]), str(checkout.path), checkout.head)
         except GitFailed as failed:
-            self._remove_worktree(checkout, lock)
+            self._remove_worktree(checkout, lock, locked=True)
             raise _error(failed, "disk" if "space" in str(failed) else "head", "checking out the head") from None
         checkout.steps["worktree"] = round(time.monotonic() - started, 2)
         return lock
 
-    def _remove_worktree(self, checkout: Checkout, lock) -> None:
+    def _remove_worktree(self, checkout: Checkout, lock, *, locked: bool = False) -> None:
+        """The run's worktree and its lock; `locked`: the caller holds the repository's lock."""
         if checkout.path != Path() and checkout.path.exists():
             shutil.rmtree(checkout.path)
-        with self._repo_lock(checkout.repo):
+        if locked:
             run_git(checkout.mirror, "worktree", "prune")
-        Path(lock.name).unlink(missing_ok=True)
+        else:
+            with self._repo_lock(checkout.repo):
+                run_git(checkout.mirror, "worktree", "prune")
+        (self.root / "worktrees" / f"{checkout.path.name}.lock").unlink(missing_ok=True)
         lock.close()
 
     def prune(self) -> list[Path]:
@@ -326,11 +340,14 @@ class Repos:
             if repo and self.mirror_path(repo).is_dir():
                 with self._repo_lock(repo):
                     run_git(self.mirror_path(repo), "worktree", "prune")
-        if worktrees.is_dir():  # a directory without its lock: a crash between the two
+        if worktrees.is_dir():  # a directory without its lock: a crash while it was being removed
             for tree in worktrees.iterdir():
                 if tree.is_dir() and not tree.with_suffix(".lock").exists():
                     shutil.rmtree(tree)
                     removed.append(tree)
+            for pending in worktrees.glob(".*.lock.new"):  # a crash before the lock got its name
+                if time.time() - pending.stat().st_mtime > 60:
+                    pending.unlink(missing_ok=True)
         return removed
 
     def _locks(self, *, held: bool) -> list[Path]:

@@ -45,7 +45,8 @@ BAD = {  # name -> (what makes it, policy changes, FetchError.what, words of its
     "head not a commit id": (lambda o: o.pull(head_sha="main"), {}, "head", "not a full commit id"),
     "no such repository": (lambda o: o.pull(repo="upstream/nothing"), {}, "repository", "not on the git host"),
     "out of disk (reserve)": (lambda o: o.pull(), {"reserve_bytes": 1 << 60}, "disk", "out of disk for the fetch"),
-    "over the worktrees' cap": (lambda o: o.pull(), {"worktrees_max_bytes": 10}, "disk", "over the worktrees' cap"),
+    "over the worktrees' cap": (lambda o: o.pull(), {"worktree_files": True, "worktrees_max_bytes": 10}, "disk",
+                                "over the worktrees' cap"),
 }
 
 

@@ -28,8 +28,8 @@ def test_a_fork_pull_request_is_fetched_into_a_blobless_mirror_and_a_worktree(or
     assert f"{origin.head}\trefs/pull/{PR}/head" in advertised  # the base repository serves the fork's head
 
     with repos.checkout(origin.pull(), token) as checkout:
-        assert (checkout.path / "exir/backend/backend_api.py").read_text() == "VERSION = 3  # the change\n"
         assert checkout.merge_base == origin.base and checkout.head == origin.head
+        assert sorted(p.name for p in checkout.path.iterdir()) == [".git"]  # no files: git objects are read
         assert git(checkout.path, "rev-parse", "HEAD") == origin.head
         # the pipeline's own git reads both sides on the worktree
         assert gitio.show(checkout.path, origin.base, "exir/backend/backend_api.py") == b"VERSION = 2\n"
@@ -44,13 +44,21 @@ def test_a_fork_pull_request_is_fetched_into_a_blobless_mirror_and_a_worktree(or
     assert git(checkout.mirror, "worktree", "list", "--porcelain").count("worktree ") == 1  # the mirror only
 
 
+def test_a_worktree_with_files_is_the_head_checked_out(origin, tmp_path):
+    repos = Repos(tmp_path / "data", origin.double.url, FetchPolicy(reserve_bytes=0, worktree_files=True))
+    with repos.checkout(origin.pull(), token) as checkout:
+        assert (checkout.path / "exir/backend/backend_api.py").read_text() == "VERSION = 3  # the change\n"
+        assert git(checkout.path, "status", "--porcelain") == ""
+    assert worktrees(repos) == []
+
+
 def test_the_next_fetch_asks_only_for_what_changed(origin, repos):
     with repos.checkout(origin.pull(), token):
         pass
     before = len(origin.requests())
     head = origin.push_head({"exir/backend/backend_api.py": "VERSION = 4\n"})
     with repos.checkout(origin.pull(head_sha=head), token) as checkout:
-        assert (checkout.path / "exir/backend/backend_api.py").read_text() == "VERSION = 4\n"
+        assert gitio.show(checkout.path, head, "exir/backend/backend_api.py") == b"VERSION = 4\n"
     asked = [set(wants(r.body)) for r in origin.requests()[before:]]
     new_blob = git(origin.work, "rev-parse", f"{head}:exir/backend/backend_api.py")
     assert {new_blob} in asked  # the blob batch: one file, the one that changed
@@ -134,7 +142,7 @@ def test_a_mirror_over_its_cap_is_made_again_when_no_run_uses_it(origin, tmp_pat
     with repos.checkout(origin.pull(), token) as again:
         assert not marker.exists()
         assert json.loads((again.mirror / "etriage-mirror.json").read_text())["created"] != created
-        assert (again.path / "README.md").is_file()
+        assert gitio.show(again.path, origin.head, "README.md") == b"ExecuTorch\n"
 
 
 def test_merge_base_for_ci_fetches_without_a_worktree(origin, repos):
@@ -146,21 +154,24 @@ def test_merge_base_for_ci_fetches_without_a_worktree(origin, repos):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
-def test_a_fetch_that_runs_out_of_disk_is_a_disk_error(origin, tmp_path):
+@pytest.mark.parametrize("content, words", [
+    (os.urandom(3 << 20), "out of disk ("),  # incompressible: the fetch itself hits ENOSPC
+    (bytes(3 << 20), "out of disk for the worktree"),  # a tiny pack, but the checkout would not fit
+])
+def test_a_fetch_that_runs_out_of_disk_is_a_disk_error(origin, tmp_path, content, words):
     from tasks.repos import FetchError
 
-    big = os.urandom(3 << 20)  # incompressible: the pack cannot fit the 2 MiB filesystem
-    head = origin.push_head({"third-party/blob.bin": big})
+    head = origin.push_head({"third-party/blob.bin": content})
     data = tmp_path / "small"
     data.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(data)]).returncode:
         pytest.skip("cannot mount a tmpfs here")
     try:
-        repos = Repos(data, origin.double.url, FetchPolicy(reserve_bytes=0))
+        repos = Repos(data, origin.double.url, FetchPolicy(reserve_bytes=0, worktree_files=True))
         with pytest.raises(FetchError) as error:
             with repos.checkout(origin.pull(head_sha=head), token):
                 pass
-        assert error.value.what == "disk", error.value
+        assert error.value.what == "disk" and words in str(error.value), error.value
         assert worktrees(repos) == []
     finally:
         subprocess.run(["umount", str(data)])

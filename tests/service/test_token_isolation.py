@@ -23,7 +23,8 @@ if "tasks.probes" in sys.modules:
     seen = {{"names": sorted(os.environ),
             "github_token": any("gh" + "s_" in v or "ghp_" in v for v in values),
             "auth_header": any("Authorization" in v or "extraHeader" in v for v in values),
-            "mirrors": os.path.exists({repos!r}), "data_dir": os.path.exists({data!r})}}
+            "mirrors": os.path.exists({repos!r}),
+            "data_dir": sorted(os.listdir({data!r})) if os.path.isdir({data!r}) else None}}
     raise RuntimeError("SANDBOX-SEES " + json.dumps(seen, separators=(",", ":")))
 '''
 
@@ -57,7 +58,8 @@ def test_a_sandboxed_run_sees_neither_the_token_nor_the_mirrors(web, workers, pa
     assert found, comment["body"][-3000:]  # the change's code did run, in the sandbox, and reported
     seen = json.loads(found.group(1))
     assert seen["github_token"] is False and seen["auth_header"] is False
-    assert seen["mirrors"] is False and seen["data_dir"] is False
+    # the data directory exists in there only as the parent of the run's own bound folders
+    assert seen["mirrors"] is False and "repos" not in (seen["data_dir"] or [])
     assert not [n for n in seen["names"] if n.startswith(("GIT_", "ETRIAGE_", "REDIS", "DATABASE"))], seen["names"]
     # and the worker did fetch it, with the token, which appears in none of its logs
     assert double.requests_to("POST", rf"^/{REPO}\.git/git-upload-pack$")
