@@ -29,9 +29,11 @@ GIT_PATH = re.compile(r"^/(?P<repo>[^/]+/[^/]+?)(?:\.git)?/(?P<rest>info/refs|gi
 GIT_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LC_ALL": "C", "GIT_CONFIG_NOSYSTEM": "1",
            "GIT_CONFIG_GLOBAL": "/dev/null"}
 
-# What github.com's upload-pack allows: partial clones (filters) and wants by object id.
-SERVER_CONFIG = {"GIT_CONFIG_COUNT": "2", "GIT_CONFIG_KEY_0": "uploadpack.allowFilter", "GIT_CONFIG_VALUE_0": "true",
-                 "GIT_CONFIG_KEY_1": "uploadpack.allowAnySHA1InWant", "GIT_CONFIG_VALUE_1": "true"}
+# What github.com's upload-pack allows: partial clones (filters) and wants by object id; and no
+# gc detached into the background by a test's fetch, to race the next change to the repository.
+SERVER_CONFIG = {"GIT_CONFIG_COUNT": "3", "GIT_CONFIG_KEY_0": "uploadpack.allowFilter", "GIT_CONFIG_VALUE_0": "true",
+                 "GIT_CONFIG_KEY_1": "uploadpack.allowAnySHA1InWant", "GIT_CONFIG_VALUE_1": "true",
+                 "GIT_CONFIG_KEY_2": "gc.autoDetach", "GIT_CONFIG_VALUE_2": "false"}
 
 
 class GitHostingError(RuntimeError):
