@@ -3,6 +3,7 @@ smart HTTP (etriage/dev/git_http.py: `git http-backend` behind the double, the t
 every request), with a pull request whose head lives only in the fork."""
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,3 +102,26 @@ def policy():
 @pytest.fixture
 def repos(tmp_path, origin, policy):
     return Repos(tmp_path / "data", origin.double.url, policy)
+
+
+def git_processes() -> list[str]:
+    """git processes that are descendants of this test process."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], list(children.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "git" in cmdline.split(" ")[0]:
+            found.append(cmdline)
+    return found

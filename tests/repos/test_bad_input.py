@@ -3,14 +3,12 @@ turns it into an environment verdict), no worktree left behind, and the next pul
 fetched as if nothing had happened."""
 from __future__ import annotations
 
-import os
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from tasks.repos import FetchError, Repos
-from tests.repos.conftest import PR, UPSTREAM, commit, git, token
+from tests.repos.conftest import PR, UPSTREAM, commit, git, git_processes, token
 
 
 def force_pushed_away(origin):
@@ -85,7 +83,7 @@ def test_a_fetch_that_hangs_is_killed_at_the_timeout(origin, tmp_path, policy):
     finally:
         hold.release()
     assert error.value.what == "timeout" and "timed out after 2 s" in str(error.value)
-    assert not _git_processes()  # git and git-remote-http were killed with their group
+    assert not git_processes()  # git and git-remote-http were killed with their group
     with Repos(tmp_path / "data", origin.double.url, policy).checkout(origin.pull(), token) as checkout:
         assert checkout.head == origin.head
 
@@ -113,27 +111,3 @@ def test_a_merge_base_below_the_mirrors_horizon(origin, tmp_path, policy, deepen
         with repos.checkout(pull, token):
             pass
     assert error.value.what == "merge_base" and "older than the mirror's horizon (30 days" in str(error.value)
-
-
-def _git_processes() -> list[str]:
-    """git processes that are descendants of this test process."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], list(children.get(os.getpid(), []))
-    while todo:
-        pid = todo.pop()
-        todo += children.get(pid, [])
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if "git" in cmdline.split(" ")[0]:
-            found.append(cmdline)
-    return found
-

@@ -10,15 +10,14 @@ import subprocess
 import threading
 from pathlib import Path
 
-from tests.repos.conftest import TOKEN, UPSTREAM, git, token
-from tests.repos.test_bad_input import _git_processes
+from tests.repos.conftest import TOKEN, UPSTREAM, git, git_processes, token
 
 SECRETS = (TOKEN.encode(), base64.b64encode(f"x-access-token:{TOKEN}".encode()))
 
 
 def _processes_with_environ() -> list[tuple[str, bytes]]:
     """(cmdline, environ) of this test's git descendants."""
-    found, ours = [], set(_git_processes())
+    found, ours = [], set(git_processes())
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue

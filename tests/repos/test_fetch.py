@@ -13,7 +13,7 @@ import pytest
 
 from etriage.dev.git_http import wants
 from tasks.pipeline import gitio
-from tasks.repos import FetchPolicy, Repos
+from tasks.repos import FetchError, FetchPolicy, Repos
 from tests.repos.conftest import FORK, PR, TOKEN, UPSTREAM, git, token
 
 
@@ -159,8 +159,6 @@ def test_merge_base_for_ci_fetches_without_a_worktree(origin, repos):
     (bytes(3 << 20), "out of disk for the worktree"),  # a tiny pack, but the checkout would not fit
 ])
 def test_a_fetch_that_runs_out_of_disk_is_a_disk_error(origin, tmp_path, content, words):
-    from tasks.repos import FetchError
-
     head = origin.push_head({"third-party/blob.bin": content})
     data = tmp_path / "small"
     data.mkdir()

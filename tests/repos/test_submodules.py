@@ -7,6 +7,9 @@ from __future__ import annotations
 import pytest
 
 from tasks.pipeline import native
+from tasks.pipeline.plan import submodules_needed
+from tasks.pipeline.tables import load_tables
+from tasks.records import ChangedFile
 from tasks.repos import FetchError
 from tests.repos.conftest import UPSTREAM, commit, git, token
 
@@ -67,3 +70,17 @@ def test_a_submodule_that_cannot_be_fetched_is_named(origin, repos, tmp_path, ur
     assert error.value.what == "submodule" and "submodule third-party/flatbuffers" in str(error.value)
     assert words in str(error.value), str(error.value)
     assert not checkout.path.exists()
+
+
+@pytest.mark.parametrize("changed, wanted, not_wanted", [
+    ("exir/backend/backend_api.py", None, None),  # Python only: no submodule is fetched
+    ("docs/source/index.md", None, None),
+    ("runtime/core/evalue.cpp", "third-party/flatbuffers", "backends/xnnpack/third-party/XNNPACK"),
+    ("backends/xnnpack/runtime/XNNCompiler.cpp", "backends/xnnpack/third-party/XNNPACK", "backends/arm/third-party/x"),
+])
+def test_which_submodules_a_change_needs_comes_from_the_recipes_it_triggers(changed, wanted, not_wanted):
+    needed = submodules_needed([ChangedFile(changed, "M")], load_tables())
+    if wanted is None:
+        assert needed is None
+        return
+    assert needed(wanted) and not needed(not_wanted)
