@@ -118,7 +118,7 @@ _SECRET_PATTERNS = [
     re.compile(r"\bgh[pousr]_[A-Za-z0-9_]{16,}"),
     re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"),
     re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),  # JWTs
-    re.compile(r"(?i)(authorization:?\s*(?:token|bearer)\s+)\S+"),
+    re.compile(r"(?i)(authorization:?\s*(?:token|bearer|basic)\s+)\S+"),
 ]
 
 
@@ -338,6 +338,16 @@ class GitHubClient:
                 raise
             return content.decoded_content.decode()
         return self._retrying(f"read {path} in {repo}", op)
+
+    def git_token(self, fresh: bool = False) -> str | None:
+        """The token git fetches with (tasks/repos.py gives it to one git command at a time):
+        the configured token, or the installation's, renewed before it expires; `fresh` after
+        git was refused drops the cached installation token and exchanges a new one."""
+        if isinstance(self._auth, InstallationAuth):
+            if fresh:
+                self._auth.forget_token()
+            return self._auth.token
+        return getattr(self._auth, "token", None)
 
     def pull(self, repo: str, pr: int) -> dict:
         def op():

@@ -26,6 +26,7 @@ ENVIRONMENT = "environment"  # the validation context of `from_env`: values are 
 VARIABLES = {
     "ETRIAGE_WEBHOOK_SECRET": "webhook_secrets",
     "ETRIAGE_GITHUB_API_URL": "github_api_url",
+    "ETRIAGE_GITHUB_GIT_URL": "github_git_url",
     "ETRIAGE_GITHUB_TOKEN": "github_token",
     "ETRIAGE_GITHUB_APP_ID": "github_app_id",
     "ETRIAGE_GITHUB_PRIVATE_KEY_PATH": "github_private_key_path",
@@ -100,6 +101,7 @@ class Settings(BaseModel):
 
     webhook_secrets: Annotated[tuple[str, ...], BeforeValidator(_secrets)]
     github_api_url: Annotated[Url, AfterValidator(lambda url: url.rstrip("/"))] = "https://api.github.com"
+    github_git_url: Annotated[Url, AfterValidator(lambda url: url.rstrip("/"))] | None = None  # None: from the API URL
     github_token: StrictStr | None = None
     github_app_id: Annotated[StrictStr, AfterValidator(_app_id)] | None = None
     github_private_key_path: StrictStr | None = None
@@ -143,6 +145,18 @@ class Settings(BaseModel):
             return cls.model_validate(values, context=context)
         except ValidationError as error:
             raise SettingsError(_one_line(error, values, context == ENVIRONMENT)) from None
+
+    @property
+    def git_url(self) -> str:
+        """Where the worker fetches repositories (`<git_url>/owner/name.git`): the setting, else
+        github.com for api.github.com, the host of a GitHub Enterprise API (`/api/v3` dropped),
+        or the API's own address (the local double serves both)."""
+        if self.github_git_url:
+            return self.github_git_url
+        api = urlsplit(self.github_api_url)
+        if api.hostname == "api.github.com":
+            return "https://github.com"
+        return urlunsplit((api.scheme, api.netloc, api.path.rstrip("/").removesuffix("/api/v3"), "", ""))
 
     @property
     def database_url_or_default(self) -> str:

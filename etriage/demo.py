@@ -110,8 +110,7 @@ def _demo(args, root: Path, log_file: Path, started: float) -> int:
     base = sample.base
     say(f"  {sample.path}: base {base[:12]} (executorch as installed), "
         f"PR head {head[:12]} (+ {REGRESSION})")
-    environ = {"PATH": "/usr/bin:/bin", "HOME": str(root),
-               "ETRIAGE_REPO_PATHS": f"{REPO}={sample.path}", "ETRIAGE_SUITES": SUITES,
+    environ = {"PATH": "/usr/bin:/bin", "HOME": str(root), "ETRIAGE_SUITES": SUITES,
                "ETRIAGE_GITHUB_WRITE_INTERVAL": "0",
                # the engine's learned model: trained once per machine, not per demo
                "ETRIAGE_MODEL_CACHE": str(model_cache_dir())}
@@ -121,7 +120,10 @@ def _demo(args, root: Path, log_file: Path, started: float) -> int:
     say(f"  worker and web logs: {log_file}")
     with Service(serve_args, environ) as service:
         double, secret = service.double, service.settings.webhook_secrets[0]
-        double.add_pull(REPO, PR, head, base, files=[("exir/backend/backend_api.py", "modified")])
+        # The double serves the sample over git (the PR's head as refs/pull/N/head): the worker
+        # fetches it into its own mirror, as it fetches from GitHub (docs/FETCHING.md).
+        double.git.host(REPO, sample.path)
+        double.add_pull(REPO, PR, head, base, base_ref="main", files=[("exir/backend/backend_api.py", "modified")])
         # The PR's author can write to the repository, so its code runs at once; an outside
         # contributor's would wait for a maintainer's `/etriage ok-to-test` (docs/SANDBOX.md).
         double.set_permission(REPO, "Codertocat", "write")

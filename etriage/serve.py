@@ -106,6 +106,7 @@ class Service:
             self.stack.callback(self.double.stop)
             env["ETRIAGE_GITHUB_API_URL"] = self.double.url
             env.setdefault("ETRIAGE_GITHUB_TOKEN", "ghs_local_double_token_not_a_secret")
+            self.double.git_tokens.add(env["ETRIAGE_GITHUB_TOKEN"])  # its git checks the token the worker fetches with
         if not env.get("REDIS_URL"):
             redis_server = EmbeddedRedis()
             env["REDIS_URL"] = redis_server.start()

@@ -21,6 +21,7 @@ from celery import Celery
 from bot import queues
 from bot.settings import load_or_exit
 from tasks import devices
+from tasks.repos import GIB, FetchPolicy
 
 # Passed to the pipeline (and nothing else from the worker's environment): the tools need them.
 # The sandbox lets only sandbox.PASS_THROUGH of these into a change's run; the device settings
@@ -47,6 +48,7 @@ class WorkerOptions:
     suite_timeout: float = 1800.0  # wall-clock limit of one sandboxed suite run
     sandbox_bwrap: str = "bwrap"  # the bubblewrap binary; without one nothing of a change runs
     env_shared_store: str = ""  # a directory every build machine mounts: built environments, ccache
+    fetch: FetchPolicy = FetchPolicy()  # mirrors and worktrees (tasks/repos.py)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> "WorkerOptions":
@@ -66,6 +68,19 @@ class WorkerOptions:
             raw = environ.get(name, "").strip()
             return tuple(w.strip() for w in raw.split(",") if w.strip()) if raw else default
 
+        def gib(name, default_bytes):
+            return int(number(name, default_bytes / GIB, float) * GIB)
+
+        default = FetchPolicy()
+        fetch = FetchPolicy(
+            timeout_seconds=number("ETRIAGE_FETCH_TIMEOUT", default.timeout_seconds, float),
+            horizon_days=number("ETRIAGE_MIRROR_HORIZON_DAYS", default.horizon_days),
+            worktree_files=environ.get("ETRIAGE_WORKTREE_FILES", "").strip().lower() in ("1", "true", "yes"),
+            worktrees_max_bytes=gib("ETRIAGE_WORKTREES_MAX_GIB", default.worktrees_max_bytes),
+            mirror_max_bytes=gib("ETRIAGE_MIRROR_MAX_GIB", default.mirror_max_bytes),
+            reserve_bytes=gib("ETRIAGE_DISK_RESERVE_GIB", default.reserve_bytes),
+            submodule_hosts=words("ETRIAGE_SUBMODULE_HOSTS", default.submodule_hosts))
+
         return cls(
             visibility_timeout=number("ETRIAGE_VISIBILITY_TIMEOUT", cls.visibility_timeout),
             soft_time_limit=number("ETRIAGE_TASK_SOFT_TIME_LIMIT", cls.soft_time_limit),
@@ -83,6 +98,7 @@ class WorkerOptions:
             suite_timeout=number("ETRIAGE_SUITE_TIMEOUT", cls.suite_timeout, float),
             sandbox_bwrap=environ.get("ETRIAGE_SANDBOX_BWRAP", "").strip() or cls.sandbox_bwrap,
             env_shared_store=environ.get("ETRIAGE_ENV_SHARED_STORE", "").strip(),
+            fetch=fetch,
         )
 
 

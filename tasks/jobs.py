@@ -111,6 +111,7 @@ def comment(ctx, repo, pr, comment_id, installation_id, *, author, author_type, 
 @_task(queues.PR_CLOSED)
 def pr_closed(ctx, repo, pr, installation_id):
     ctx.store.close_pull(repo, pr)
+    ctx.repos().forget_pull(repo, pr)  # its refs/pull/N/head leaves the worker's mirror
     return "closed"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import subprocess
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -27,12 +28,15 @@ from bot.repo_config import PATH, RepoConfig, RepoConfigCache, RepoConfigError
 from bot.store import Store
 from tasks.celery_app import get_app
 from tasks.pipeline import compare, gitio
+from tasks.pipeline.plan import submodules_needed
 from tasks.pipeline.report import headline, to_markdown
 from tasks.pipeline.run import NO_SANDBOX, TriageOptions, triage
 from tasks.pipeline.sandbox import Sandbox
+from tasks.pipeline.tables import load_tables
 from tasks.policy import (add_config_check, choose_suites, choose_targets, config_change_check,
                           written_triage_keys)
 from tasks.records import CiReport, Report
+from tasks.repos import FetchError, PullRefs, Repos
 from tasks.summary import (SECTION_TITLES, PublishPayload, ci_counts, compose_comment,
                            labels_to_change, render_ci_section)
 from triage_rules import classify_text
@@ -56,6 +60,7 @@ class WorkerContext:
     _clients: dict = field(default_factory=dict)
     _configs: object = None  # bot.repo_config.RepoConfigCache, made on first use
     _triage_keys: dict = field(default_factory=dict)  # repo -> keys its file's `triage:` writes
+    _repos: Repos | None = None  # the mirrors and worktrees, made on first use
 
     @classmethod
     def create(cls, settings, options) -> "WorkerContext":
@@ -70,6 +75,12 @@ class WorkerContext:
             self._clients[installation_id] = GitHubClient(
                 config, installation_id, lock=lambda key: redis_lock(self.redis, key))
         return self._clients[installation_id]
+
+    def repos(self) -> Repos:
+        """The worker's mirrors and worktrees (tasks/repos.py), under its data directory."""
+        if self._repos is None:
+            self._repos = Repos(Path(self.settings.data_dir), self.settings.git_url, self.options.fetch)
+        return self._repos
 
     def repo_config(self, gh: GitHubClient, repo: str):
         """.github/etriage.yml of the default branch (never the PR's own), cached for minutes."""
@@ -261,20 +272,24 @@ def triage_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
     targets, notes = choose_targets(ctx, gh, repo, pr, pull, targets)
     suites, suite_notes = choose_suites(ctx, gh, repo, suites)
     notes += suite_notes
-    checkout = ctx.settings.repo_checkouts.get(repo)
-    problem = _checkout_problem(repo, checkout, [head_sha, pull["base_sha"]])
-    if not problem and (not targets or suites == []):  # None would mean "every one": not that
-        problem = ("Nothing this repository's triage asks for may run on this worker "
-                   "(see the notes above); the change was not tested.")
-    if problem:
-        payload = environment_payload(head_sha, problem, notes)
-    else:
-        config = ctx.repo_config_or_defaults(gh, repo)
-        report = run_pipeline(ctx, Path(checkout), pull["base_sha"], head_sha,
-                              suites=suites, targets=targets, progress=progress,
-                              budget_seconds=config.triage.budget_seconds if config.triage else None,
-                              path_backends=dict(config.triage.paths) if config.triage else {},
-                              select_all=reason == "run:all", targets_named=named)
+    with ExitStack() as worktree:  # a fetched worktree is removed before anything is published
+        if not targets or suites == []:  # None would mean "every one": not that
+            source, problem = None, ("Nothing this repository's triage asks for may run on this worker "
+                                     "(see the notes above); the change was not tested.")
+            title = None
+        else:
+            progress("Fetching", f"Fetching {pull['base_ref']} and refs/pull/{pr}/head ({head_sha[:12]}).")
+            source, problem, title = open_source(ctx, worktree, gh, repo, pr, pull, notes)
+        if problem:
+            payload = environment_payload(head_sha, problem, notes, title=title)
+        else:
+            config = ctx.repo_config_or_defaults(gh, repo)
+            report = run_pipeline(ctx, source, pull["base_sha"], head_sha,
+                                  suites=suites, targets=targets, progress=progress,
+                                  budget_seconds=config.triage.budget_seconds if config.triage else None,
+                                  path_backends=dict(config.triage.paths) if config.triage else {},
+                                  select_all=reason == "run:all", targets_named=named)
+    if not problem:
         ctx.checkpoint(repo, pr, head_sha)
         record_report(ctx, repo, head_sha, report)
         notes += trunk_notes(History(ctx.store), report, ctx.options.public_url)
@@ -334,25 +349,61 @@ def waiting_payload(repo: str, head_sha: str, author: str) -> PublishPayload:
                           check_conclusion="neutral", check_title=WAITING_TITLE, check_summary=why)
 
 
+# A FetchError's `what`, as the check run's title says it.
+FETCH_TITLES = {"head": "the pull request's head could not be fetched",
+                "base": "the base branch could not be fetched", "merge_base": "no merge base in the fetched history",
+                "submodule": "a submodule could not be fetched", "timeout": "the fetch timed out",
+                "disk": "out of disk for the fetch", "auth": "git refused the installation token",
+                "repository": "the repository could not be fetched", "network": "the fetch failed"}
+
+
+def open_source(ctx: WorkerContext, worktree: ExitStack, gh: GitHubClient, repo: str, pr: int, pull: dict,
+                notes: list[str]) -> tuple[Path | None, str | None, str | None]:
+    """The repository the pipeline reads: the local clone ETRIAGE_REPO_PATHS names, as it is, or
+    a worktree of the worker's mirror fetched now (tasks/repos.py; removed when `worktree`
+    closes), with the submodules a native build of the change reads. (path, None, None), or
+    (None, the environment problem, its check run title): what could not be fetched."""
+
+    local = ctx.settings.repo_checkouts.get(repo)
+    if local:
+        problem = _checkout_problem(repo, local, [pull["head_sha"], pull["base_sha"]])
+        return (None, problem, None) if problem else (Path(local), None, None)
+    refs = PullRefs(repo, pr, pull["head_sha"], pull["base_ref"], pull["base_sha"])
+    try:
+        checkout = worktree.enter_context(ctx.repos().checkout(refs, gh.git_token))
+        wanted = submodules_needed(gitio.changed_files(checkout.path, checkout.merge_base, checkout.head),
+                                   load_tables())
+        for commit in (checkout.head, checkout.merge_base) if wanted else ():
+            checkout.fetch_submodules(commit, wanted)
+    except FetchError as error:
+        worktree.close()
+        log.warning("%s#%d: fetch failed (%s): %s", repo, pr, error.what, error)
+        return None, (f"Could not fetch {repo}#{pr}: {error}. Nothing of this change was run; "
+                      "`/etriage rerun` tries again."), f"Environment problem: {FETCH_TITLES[error.what]}"
+    log.info("%s#%d: fetched %s into %s (%s)", repo, pr, pull["head_sha"][:12], checkout.path, checkout.steps)
+    notes.extend(checkout.notes)
+    return checkout.path, None, None
+
+
 def _checkout_problem(repo: str, checkout, shas: list[str]) -> str | None:
-    if not checkout:
-        return (f"No local clone of {repo} is configured on this worker (ETRIAGE_REPO_PATHS); "
-                "the change could not be rebuilt or tested.")
+    """A configured local clone is used as it is: a commit it lacks is the operator's to fetch."""
     for sha in shas:
         found = subprocess.run(["git", "-C", str(checkout), "cat-file", "-e", f"{sha}^{{commit}}"],
                                capture_output=True, env={"PATH": "/usr/bin:/bin"})
         if found.returncode != 0:
-            return (f"Commit `{sha[:12]}` is not in the worker's clone of {repo} ({checkout}); "
-                    "this worker cannot fetch. Update the clone, then `/etriage rerun`.")
+            return (f"Commit `{sha[:12]}` is not in the worker's clone of {repo} ({checkout}), which "
+                    "ETRIAGE_REPO_PATHS names: a configured clone is never fetched. Update it, then "
+                    "`/etriage rerun` (or leave the repository out of ETRIAGE_REPO_PATHS: the worker "
+                    "then fetches it itself).")
     return None
 
 
-def environment_payload(head_sha: str, problem: str, notes=()) -> PublishPayload:
+def environment_payload(head_sha: str, problem: str, notes=(), *, title: str | None = None) -> PublishPayload:
     section = "\n".join([f"### {SECTION_TITLES['pr']}", *(f"> {n}\n" for n in notes),
                          "🛠️ **Environment problem — not caused by this change.**", problem])
     return PublishPayload(kind="pr", head_sha=head_sha, section=section,
                           counts={"environment": 1}, check_conclusion="neutral",
-                          check_title="Environment problem", check_summary=problem)
+                          check_title=title or "Environment problem", check_summary=problem)
 
 
 def run_pipeline(ctx: WorkerContext, checkout: Path, base: str, head: str, *, suites, targets,
@@ -530,7 +581,7 @@ def triage_ci(ctx: WorkerContext, repo: str, head_sha: str, installation_id: int
         judged += 1
         ctx.store.record_pull(repo, pr, head_sha, base_ref=pull["base_ref"],
                               base_sha=pull["base_sha"], installation_id=installation_id)
-        merge_base, exact = ci_merge_base(ctx, repo, pull)
+        merge_base, exact = ci_merge_base(ctx, gh, repo, pull)
         report = CiReport(head=head_sha, merge_base=merge_base, merge_base_exact=exact,
                           jobs=[j["name"] for j in failed],
                           results=compare.decide_ci(found, ctx.store.failure_fingerprints(repo, merge_base)))
@@ -557,14 +608,22 @@ def record_ci_history(ctx: WorkerContext, repo: str, pr: int, report: CiReport, 
                                                 key=f"{repo}#{pr}@{report.head}:ci:{jobs}"))
 
 
-def ci_merge_base(ctx: WorkerContext, repo: str, pull: dict) -> tuple[str, bool]:
+def ci_merge_base(ctx: WorkerContext, gh: GitHubClient, repo: str, pull: dict) -> tuple[str, bool]:
     """(the commit whose CI the PR's CI is compared with, whether it is the true merge base).
-    The merge base comes from the worker's clone; without one (or when it lacks a commit) the
-    PR's base sha stands in, and the comment says so rather than calling it the merge base."""
-    checkout = ctx.settings.repo_checkouts.get(repo)
-    if checkout and not _checkout_problem(repo, checkout, [pull["head_sha"], pull["base_sha"]]):
-        try:
-            return gitio.merge_base(checkout, pull["base_sha"], pull["head_sha"]), True
-        except gitio.GitError:
-            pass
-    return pull["base_sha"], False
+    The merge base comes from the worker's mirror, fetched now (no worktree), or from the local
+    clone ETRIAGE_REPO_PATHS names; when neither has it, the PR's base sha stands in, and the
+    comment says so rather than calling it the merge base."""
+    local = ctx.settings.repo_checkouts.get(repo)
+    if local:
+        if not _checkout_problem(repo, local, [pull["head_sha"], pull["base_sha"]]):
+            try:
+                return gitio.merge_base(local, pull["base_sha"], pull["head_sha"]), True
+            except gitio.GitError:
+                pass
+        return pull["base_sha"], False
+    refs = PullRefs(repo, pull["number"], pull["head_sha"], pull["base_ref"], pull["base_sha"])
+    try:
+        return ctx.repos().merge_base(refs, gh.git_token), True
+    except FetchError as error:
+        log.warning("%s#%d: no merge base for the CI comparison (%s): %s", repo, pull["number"], error.what, error)
+        return pull["base_sha"], False

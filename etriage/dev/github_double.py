@@ -24,6 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
+from etriage.dev import git_http
+
 GITHUB_API = "https://api.github.com"
 
 
@@ -80,6 +82,7 @@ class PullState:
     author_association: str = "CONTRIBUTOR"
     files: list = field(default_factory=list)  # [(filename, status)]
     labels: list = field(default_factory=list)
+    head_repo: str | None = None  # where the head lives (a fork); None: the base repository
 
 
 class GitHubDouble:
@@ -117,6 +120,10 @@ class GitHubDouble:
         self._fixtures: dict[str, object] = {}
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        # git over smart HTTP (etriage/dev/git_http.py): repositories, and the tokens git may
+        # use besides the installation tokens issued here (a configured personal token)
+        self.git = git_http.GitHosting()
+        self.git_tokens: set[str] = set()
 
     # ---- lifecycle -------------------------------------------------------------------------
     @property
@@ -145,6 +152,7 @@ class GitHubDouble:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+        self.git.close()
 
     def __enter__(self) -> "GitHubDouble":
         self.start()
@@ -155,14 +163,20 @@ class GitHubDouble:
 
     # ---- test programming ------------------------------------------------------------------
     def add_pull(self, repo: str, number: int, head_sha: str, base_sha: str, **kw) -> PullState:
+        """A pull request; when git hosts `repo`, its refs/pull/N/head too (from `head_repo`)."""
         with self.lock:
             pull = PullState(number=number, head_sha=head_sha, base_sha=base_sha, **kw)
             self.pulls[(repo, number)] = pull
+            if repo in self.git.repos:
+                self.git.set_pull_head(repo, number, head_sha, head_repo=pull.head_repo)
             return pull
 
     def push(self, repo: str, number: int, head_sha: str) -> None:
         with self.lock:
-            self.pulls[(repo, number)].head_sha = head_sha
+            pull = self.pulls[(repo, number)]
+            pull.head_sha = head_sha
+            if repo in self.git.repos:
+                self.git.set_pull_head(repo, number, head_sha, head_repo=pull.head_repo)
 
     def set_permission(self, repo: str, user: str, permission: str) -> None:
         with self.lock:
@@ -210,6 +224,15 @@ class GitHubDouble:
         self.fail(method, route, 429, times=times, headers={"Retry-After": str(retry_after)},
                   message="You have exceeded a secondary rate limit. Please wait a few minutes "
                           "before you try again.")
+
+    def token_valid(self, token: str) -> bool:
+        """An installation token this double issued, unexpired and not revoked, or one of
+        `git_tokens`."""
+        with self.lock:
+            if token in self.git_tokens:
+                return True
+            expiry = self.token_expiry.get(token)
+            return expiry is not None and expiry > time.time() and token not in self.revoked
 
     def revoke_tokens(self) -> list[str]:
         """Revoke every installation token issued so far (as GitHub does when an App is
@@ -340,6 +363,8 @@ class _Handler(BaseHTTPRequestHandler):
         double = self.owner
         parts = urlsplit(self.path)
         path = unquote(parts.path)
+        if git_http.match(path):
+            return self._git(method, path, parts.query)
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
@@ -373,6 +398,44 @@ class _Handler(BaseHTTPRequestHandler):
             status, payload, extra = _route(double, method, path, query, body)
         record.status = status
         self._send(status, payload, extra)
+        with double.changed:
+            double.changed.notify_all()
+
+    def _git(self, method: str, path: str, query: str) -> None:
+        """git smart HTTP (etriage/dev/git_http.py): recorded, held and faulted like any route;
+        the token is checked on every request."""
+        double = self.owner
+        repo, rest = git_http.match(path)
+        body = git_http.read_body(self.rfile, self.headers)
+        token = git_http.basic_token(self.headers.get("Authorization"))
+        record = Recorded(method, path, parse_qs(query), {k: v for k, v in self.headers.items()
+                                                           if k.lower() != "authorization"},
+                          git_http.plain_body(body, self.headers),  # pkt-lines: what git asked for
+                          token=token if token in double.token_expiry else None)
+        with double.lock:
+            double.requests.append(record)
+        hold = double._take_hold(method, path)
+        if hold is not None:
+            hold.reached.set()
+            hold.released.wait(timeout=120)
+        fault = double._take_fault(method, path)
+        refused = double.git.authorized(repo, token, double.token_valid)
+        if fault is not None:
+            status, headers, data = fault.status, dict(fault.headers), (fault.message or "fault").encode()
+        elif refused is not None:
+            status, data = refused[0], f"remote: {refused[1]}\n".encode()
+            headers = {"WWW-Authenticate": 'Basic realm="GitHub"'} if status == 401 else {}
+        else:
+            status, headers, data = double.git.serve(repo, rest, method=method, query=query, body=body,
+                                                     headers=self.headers)
+        record.status = status
+        self.send_response(status)
+        headers.setdefault("Content-Type", "text/plain")
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
         with double.changed:
             double.changed.notify_all()
 
@@ -430,6 +493,10 @@ def _pull_json(d: GitHubDouble, repo: str, pull: PullState) -> dict:
     data["base"].update(sha=pull.base_sha, ref=pull.base_ref)
     for side in ("head", "base"):
         data[side]["repo"].update(full_name=repo, url=base_url, name=repo.split("/")[1])
+    if pull.head_repo and pull.head_repo != repo:  # a fork's pull request; null once it is deleted
+        data["head"]["repo"] = (dict(data["head"]["repo"], full_name=pull.head_repo, url=f"{d.url}/repos/{pull.head_repo}",
+                                     name=pull.head_repo.split("/")[1], fork=True)
+                                if pull.head_repo in d.git.repos else None)
     return data
 
 

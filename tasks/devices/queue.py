@@ -1,6 +1,6 @@
 """The device queues: one Celery queue per device class (`device.SM8750`, `device.x86_64`,
 `device.emulated-arm64`), consumed by a worker on each host the devices are plugged into
-(tasks/devices/worker.py). A triage that runs a device target on a worker without the devices
+(tasks/device_worker.py). A triage that runs a device target on a worker without the devices
 sends the bundle there and waits for the outcomes: what the caller and the device hosts share.
 
 The bundle travels in the message (a gzipped tar, base64): the probes' programs are tens of KiB.

@@ -17,7 +17,8 @@ class GitError(ValueError):
 def git(repo: Path | str, *args: str, binary: bool = False) -> str | bytes:
     proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
                           text=not binary, env={"PATH": "/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM": "1",
-                                                 "HOME": "/nonexistent", "LC_ALL": "C"})
+                                                 "HOME": "/nonexistent", "LC_ALL": "C",
+                                                 "GIT_TERMINAL_PROMPT": "0"})
     if proc.returncode != 0:
         err = proc.stderr if not binary else proc.stderr.decode(errors="replace")
         lines = [l for l in err.strip().splitlines() if l.strip()]

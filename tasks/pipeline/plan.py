@@ -60,6 +60,18 @@ def recipes_for(files: list[ChangedFile], backends: set[str], tables: Tables) ->
     return chosen
 
 
+def submodules_needed(files: list[ChangedFile], tables: Tables):
+    """Which submodule paths a native build of this change reads: those the `inputs` of a cmake
+    recipe the change triggers cover (the superset of what the plan builds). None when the
+    change triggers no cmake recipe: a Python-only change needs no submodule."""
+    touched = [p for f in files for p in filter(None, (f.path, f.old_path))]
+    recipes = [r for r in tables.recipes.values()
+               if r.kind == "cmake" and any(r.triggered_by(p) for p in touched)]
+    if not recipes:
+        return None
+    return lambda path: any(r.covers(path) for r in recipes)
+
+
 def plan_change(repo, base: str, head: str, tables: Tables, *,
                 targets: list[str] | None = None, suites: list[str] | None = None,
                 path_backends: dict[str, str] | None = None, targets_named: bool = True) -> Plan:

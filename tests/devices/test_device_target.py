@@ -175,14 +175,14 @@ def test_a_bad_inventory_file_is_a_clear_not_run(text, reason, tmp_path):
 
 @pytest.fixture
 def device_worker(sshd, redis_url, tmp_path):
-    """A device host's real Celery worker (tasks/devices/worker.py) on the loopback device's
+    """A device host's real Celery worker (tasks/device_worker.py) on the loopback device's
     class queue, with its own inventory file, on the session's real Redis."""
     device = sshd.device("loop-1", backends=("portable",))
     inventory = tmp_path / "lab.yaml"
     inventory.write_text(yaml.safe_dump({"devices": {"loop-1": device.model_dump(mode="json", exclude={"id"})}}))
     env = dict(os.environ, ETRIAGE_DEVICES=str(inventory), ETRIAGE_DEVICE_BROKER_URL=redis_url,
                ETRIAGE_DEVICE_REDIS_URL=redis_url)
-    proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "tasks.devices.worker", "worker", "-Q",
+    proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "tasks.device_worker", "worker", "-Q",
                              device.queue, "-P", "solo", "--without-gossip", "--without-mingle",
                              "--without-heartbeat", "-n", f"device-test-{os.getpid()}@%h", "--loglevel", "WARNING"],
                             env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "worker.log", "wb"))

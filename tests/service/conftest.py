@@ -28,6 +28,7 @@ TOKEN = "ghs_testtoken0123456789abcdefABCDEF"
 @pytest.fixture
 def double():
     with GitHubDouble() as github:
+        github.git_tokens.add(TOKEN)  # git over HTTP checks it on every request
         yield github
 
 
@@ -141,7 +142,7 @@ def service_env(tmp_path, double, checkout, redis_url, clean_redis):
         "ETRIAGE_WEBHOOK_SECRET": SECRET, "ETRIAGE_GITHUB_TOKEN": TOKEN,
         "ETRIAGE_GITHUB_API_URL": double.url, "REDIS_URL": redis_url,
         "DATABASE_URL": f"sqlite:///{tmp_path / 'etriage.db'}",
-        "ETRIAGE_DATA_DIR": str(tmp_path / "data"), "ETRIAGE_REPO_PATHS": f"{REPO}={repo_dir}",
+        "ETRIAGE_DATA_DIR": str(tmp_path / "data"),
         "ETRIAGE_GITHUB_WRITE_INTERVAL": "0", "ETRIAGE_VISIBILITY_TIMEOUT": "60",
         # the engine's model trained once for the whole run, not once per worker's HOME
         "ETRIAGE_MODEL_CACHE": str(model_cache_dir()),
@@ -163,7 +164,16 @@ def workers(service_env, tmp_path):
 
 
 @pytest.fixture
-def web(service_env, double, checkout, clean_redis):
+def hosting(double, checkout) -> str | None:
+    """How the double serves REPO over git (the worker fetches it, tasks/repos.py): here the
+    checkout itself, the PR's head in it; the repository the head lives in (None: REPO).
+    A test of a fork's pull request overrides this."""
+    double.git.host(REPO, checkout[0])
+    return None
+
+
+@pytest.fixture
+def web(service_env, double, checkout, hosting, clean_redis):
     """The WEB's Flask app behind a real HTTP server thread; dispatch uses the same settings."""
     from werkzeug.serving import make_server
 
@@ -178,7 +188,10 @@ def web(service_env, double, checkout, clean_redis):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     repo_dir, base, head = checkout
-    double.add_pull(REPO, PR, head, base, files=[("docs/usage.md", "modified")])
+    branch = subprocess.run(["git", "-C", str(repo_dir), "symbolic-ref", "--short", "HEAD"], check=True,
+                            capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}).stdout.strip()
+    double.add_pull(REPO, PR, head, base, base_ref=branch, head_repo=hosting,  # and refs/pull/N/head
+                    files=[("docs/usage.md", "modified")])
     # The PR's author may write here, so its code runs; tests of outside contributors say "read".
     double.set_permission(REPO, "Codertocat", "write")
     yield Service(f"http://127.0.0.1:{server.server_port}/webhook", service_env, settings,

@@ -37,6 +37,13 @@ def test_worker_defaults_match_the_doc():
                             ("ETRIAGE_RUN_EXPIRY_HOURS", "run_expiry_hours"),
                             ("ETRIAGE_SUITE_TIMEOUT", "suite_timeout")]:
         assert float(docs[variable].strip("`")) == getattr(defaults, field), variable
+    fetch = defaults.fetch
+    for variable, value in [("ETRIAGE_FETCH_TIMEOUT", fetch.timeout_seconds),
+                            ("ETRIAGE_MIRROR_HORIZON_DAYS", fetch.horizon_days),
+                            ("ETRIAGE_WORKTREES_MAX_GIB", fetch.worktrees_max_bytes / 2**30),
+                            ("ETRIAGE_MIRROR_MAX_GIB", fetch.mirror_max_bytes / 2**30),
+                            ("ETRIAGE_DISK_RESERVE_GIB", fetch.reserve_bytes / 2**30)]:
+        assert float(docs[variable].strip("`")) == value, variable
     assert docs["ETRIAGE_TARGETS"] == f"`{','.join(defaults.targets)}`"
     assert docs["ETRIAGE_SANDBOX_BWRAP"] == f"`{defaults.sandbox_bwrap}`"
 

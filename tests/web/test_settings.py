@@ -34,6 +34,21 @@ def test_defaults_from_a_minimal_environment():
     assert settings.repo_checkouts == {}
 
 
+@pytest.mark.parametrize("environ, git_url", [
+    ({}, "https://github.com"),
+    ({"ETRIAGE_GITHUB_API_URL": "https://ghe.example.com/api/v3/"}, "https://ghe.example.com"),
+    ({"ETRIAGE_GITHUB_API_URL": "http://127.0.0.1:8123"}, "http://127.0.0.1:8123"),  # the local double
+    ({"ETRIAGE_GITHUB_GIT_URL": "https://git.example.com/"}, "https://git.example.com"),
+])
+def test_where_the_worker_fetches_from(environ, git_url):
+    assert Settings.from_env(BASE | environ).git_url == git_url
+
+
+def test_a_git_url_without_a_scheme_is_one_line():
+    with pytest.raises(SettingsError, match="^ETRIAGE_GITHUB_GIT_URL must be a URL with a scheme, got 'github.com'$"):
+        Settings.from_env(BASE | {"ETRIAGE_GITHUB_GIT_URL": "github.com"})
+
+
 def test_every_variable_is_read(tmp_path):
     key = tmp_path / "app.pem"
     key.write_text("-----BEGIN RSA PRIVATE KEY-----\n")

@@ -1,7 +1,7 @@
 """A device host's worker: one per host the devices are plugged into, serving their classes' queues.
 
     ETRIAGE_DEVICES=lab.yaml ETRIAGE_DEVICE_BROKER_URL=redis://broker:6379/0 \\
-        celery -A tasks.devices.worker worker -Q device.SM8750,device.x86_64 --concurrency 2
+        celery -A tasks.device_worker worker -Q device.SM8750,device.x86_64 --concurrency 2
 
 It receives a bundle of the probes' programs (exported by the change's Python on a build
 worker, tasks/pipeline/device_target.py), leases one of the named devices from the pool (one job
@@ -76,6 +76,6 @@ def get_app() -> Celery:
 
 
 def __getattr__(name: str):
-    if name == "app":  # `celery -A tasks.devices.worker worker` looks this up
+    if name == "app":  # `celery -A tasks.device_worker worker` looks this up
         return get_app()
     raise AttributeError(name)
