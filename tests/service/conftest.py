@@ -143,7 +143,9 @@ def service_env(tmp_path, double, checkout, redis_url, clean_redis):
         "ETRIAGE_GITHUB_API_URL": double.url, "REDIS_URL": redis_url,
         "DATABASE_URL": f"sqlite:///{tmp_path / 'etriage.db'}",
         "ETRIAGE_DATA_DIR": str(tmp_path / "data"),
-        "ETRIAGE_GITHUB_WRITE_INTERVAL": "0", "ETRIAGE_VISIBILITY_TIMEOUT": "60",
+        "ETRIAGE_GITHUB_WRITE_INTERVAL": "0",
+        # longer than any triage on a loaded 2-core machine: a redelivered copy would run beside it
+        "ETRIAGE_VISIBILITY_TIMEOUT": "1200",
         # the engine's model trained once for the whole run, not once per worker's HOME
         "ETRIAGE_MODEL_CACHE": str(model_cache_dir()),
     }
