@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+from contextlib import ExitStack
 
 import redis
 from celery import Task, shared_task
@@ -117,8 +118,10 @@ def pr_closed(ctx, repo, pr, installation_id):
 
 @_task(queues.WARM_ENVIRONMENT)
 def warm_environment(ctx, repo, branch, sha, installation_id):
-    return warm.warm_environment(ctx, repo, branch, sha, checkout=ctx.settings.repo_checkouts.get(repo),
-                                 python=sys.executable, sandbox=Sandbox(bwrap=ctx.options.sandbox_bwrap)).state
+    with ExitStack() as worktree:
+        checkout, problem = service.open_commit(ctx, worktree, installation_id, repo, branch, sha)
+        return warm.warm_environment(ctx, repo, branch, sha, checkout=checkout, skipped=problem,
+                                     python=sys.executable, sandbox=Sandbox(bwrap=ctx.options.sandbox_bwrap)).state
 
 
 @_task(queues.INSTALLATION)

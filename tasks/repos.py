@@ -96,6 +96,10 @@ class PullRefs:
     head_sha: str
     base_ref: str
     base_sha: str
+    # what else the triage compares with, fetched when the host has it and skipped when not:
+    # the installed wheel's release tag and commit, whose native sources decide whether the
+    # wheel's compiled parts serve a side (tasks/environments/compiled.py)
+    references: tuple[str, ...] = ()
 
 
 @dataclass
@@ -182,6 +186,14 @@ class Repos:
         finally:
             self._remove_worktree(checkout, lock)
 
+    @contextmanager
+    def commit_checkout(self, repo: str, branch: str, sha: str, token: Token,
+                        references: tuple[str, ...] = ()) -> Iterator[Checkout]:
+        """A worktree at one commit of a branch (a pushed tip, warmed before any pull request
+        names it): the same door, with no pull request's ref to fetch."""
+        with self.checkout(PullRefs(repo, 0, sha, branch, sha, references), token) as checkout:
+            yield checkout
+
     def merge_base(self, pull: PullRefs, token: Token) -> str:
         """Fetch the PR's commits and answer their merge base (CI-log triage: no worktree)."""
         with self._repo_lock(pull.repo):
@@ -232,6 +244,9 @@ class Repos:
         if not _has_commit(mirror, pull.base_sha) and not fetch.by_id(pull.base_sha):
             raise FetchError("base", f"the base commit {pull.base_sha[:12]} is no longer on {pull.base_ref} of "
                                      f"{pull.repo} (the branch was rewritten)")
+        tags = [r for r in pull.references if r.startswith("refs/")]
+        checkout.notes.extend(fetch.references(pull.references, advertised=fetch.ls_remote(*tags)
+                                                             if tags else {}))
         checkout.steps["fetch"] = round(time.monotonic() - started, 2)
         checkout.merge_base = self._merge_base(mirror, pull, fetch, branch, pull_ref if now else None)
         if blobs:
@@ -481,6 +496,45 @@ class _Fetcher:
             [f"--shallow-since={(datetime.now(timezone.utc) - timedelta(days=horizon)):%Y-%m-%d}"] if horizon else []
         self.run("fetch", "-q", "--no-tags", "--filter=blob:none", "--no-write-fetch-head", *depth, "origin",
                  *refspecs, doing="fetching " + ", ".join(r.split(":")[0].lstrip("+") for r in refspecs))
+
+    def references(self, wanted: tuple[str, ...], *, advertised: dict[str, str]) -> list[str]:
+        """Fetch each reference (a ref the host advertises, or a full commit id) the mirror lacks;
+        only its tree is read. Alternatives in order: the first one had is enough, and a note
+        (never an error) says when none could be."""
+        had = []
+        for ref in wanted:
+            if ref.startswith("refs/"):
+                if ref not in advertised:
+                    continue
+                have = run_git(self.mirror, "for-each-ref", "--format=%(objectname)", ref).strip()
+                peeled = advertised.get(ref + "^{}", advertised[ref])
+                if have != advertised[ref] and _has_commit(self.mirror, peeled):
+                    run_git(self.mirror, "update-ref", ref, peeled)  # in the history already fetched
+                elif have != advertised[ref] and not self._fetch_reference(f"+{ref}:{ref}", ref):
+                    continue
+            elif not re.fullmatch(r"[0-9a-f]{40}", ref):
+                continue  # an abbreviated id cannot be asked for
+            elif not _has_commit(self.mirror, ref) and not self._fetch_reference(ref, ref[:12]):
+                continue
+            had.append(ref)
+            break
+        if wanted and not had:
+            return [f"none of {', '.join(r[:40] for r in wanted)} is on the host: the installed wheel's "
+                    "native sources cannot be compared with a side's"]
+        return []
+
+    def _fetch_reference(self, spec: str, name: str) -> bool:
+        # one commit deep in a shallow mirror; a full mirror stays full (a shallow mark on an old
+        # commit would cut the history merge bases are found in)
+        shallow = run_git(self.mirror, "rev-parse", "--is-shallow-repository").strip() == "true"
+        try:
+            self.run("fetch", "-q", "--no-tags", "--filter=blob:none", "--no-write-fetch-head",
+                     *(["--depth=1"] if shallow else []), "origin", spec, doing=f"fetching {name}")
+        except FetchError as error:
+            if error.what in ("timeout", "disk", "auth"):
+                raise
+            return False
+        return True
 
     def by_id(self, sha: str) -> bool:
         """Fetch one commit by its id (what a force-push or a rewritten branch left); False when

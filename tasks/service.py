@@ -7,9 +7,11 @@ writing to GitHub, and every write is keyed, so a redelivered or superseded task
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import subprocess
+import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -27,9 +29,11 @@ from bot.queues import head_key
 from bot.repo_config import PATH, RepoConfig, RepoConfigCache, RepoConfigError
 from bot.store import Store
 from tasks.celery_app import get_app
+from tasks.environments import compiled
 from tasks.pipeline import compare, gitio
 from tasks.pipeline.plan import submodules_needed
 from tasks.pipeline.report import headline, to_markdown
+from tasks.pipeline.overlay import installed_package_dir
 from tasks.pipeline.run import NO_SANDBOX, TriageOptions, triage
 from tasks.pipeline.sandbox import Sandbox
 from tasks.pipeline.tables import load_tables
@@ -368,7 +372,7 @@ def open_source(ctx: WorkerContext, worktree: ExitStack, gh: GitHubClient, repo:
     if local:
         problem = _checkout_problem(repo, local, [pull["head_sha"], pull["base_sha"]])
         return (None, problem, None) if problem else (Path(local), None, None)
-    refs = PullRefs(repo, pr, pull["head_sha"], pull["base_ref"], pull["base_sha"])
+    refs = PullRefs(repo, pr, pull["head_sha"], pull["base_ref"], pull["base_sha"], wheel_references())
     try:
         checkout = worktree.enter_context(ctx.repos().checkout(refs, gh.git_token))
         wanted = submodules_needed(gitio.changed_files(checkout.path, checkout.merge_base, checkout.head),
@@ -383,6 +387,30 @@ def open_source(ctx: WorkerContext, worktree: ExitStack, gh: GitHubClient, repo:
     log.info("%s#%d: fetched %s into %s (%s)", repo, pr, pull["head_sha"][:12], checkout.path, checkout.steps)
     notes.extend(checkout.notes)
     return checkout.path, None, None
+
+
+def open_commit(ctx: WorkerContext, worktree: ExitStack, installation_id: int | None, repo: str, branch: str,
+                sha: str) -> tuple[Path | None, str]:
+    """A branch's commit to read (a push warmed before any PR): the local clone ETRIAGE_REPO_PATHS
+    names, or a worktree of the worker's mirror fetched now; (path, "") or (None, why not)."""
+    local = ctx.settings.repo_checkouts.get(repo)
+    if local:
+        return Path(local), ""
+    try:
+        checkout = worktree.enter_context(ctx.repos().commit_checkout(
+            repo, branch, sha, ctx.github(installation_id).git_token, wheel_references()))
+    except FetchError as error:
+        log.warning("%s@%s: fetch failed (%s): %s", repo, sha[:12], error.what, error)
+        return None, f"could not fetch {repo}@{sha[:12]}: {error}"
+    return checkout.path, ""
+
+
+@functools.cache
+def wheel_references() -> tuple[str, ...]:
+    """The installed wheel's release tag and commit (its version.py, never imported): a fetched
+    mirror needs them to tell whether a side's native sources are the wheel's."""
+    wheel = compiled.installed_wheel(installed_package_dir(sys.executable))
+    return tuple(r for r in (f"refs/tags/v{wheel.release}" if wheel.release else "", wheel.commit) if r)
 
 
 def _checkout_problem(repo: str, checkout, shas: list[str]) -> str | None:

@@ -40,12 +40,14 @@ def record(redis_client, entry: dict) -> None:
         redis_client.hdel(queues.ENVIRONMENTS_KEY, *[k for k, _ in by_age[:len(entries) - queues.ENVIRONMENTS_KEPT]])
 
 
-def warm_environment(ctx, repo: str, branch: str, sha: str, *, checkout: str | None,
-                     python: str, sandbox: Sandbox) -> Warmed:
+def warm_environment(ctx, repo: str, branch: str, sha: str, *, checkout: str | Path | None,
+                     python: str, sandbox: Sandbox, skipped: str = "") -> Warmed:
+    """`checkout`: a repository holding `sha` (a local clone or a fetched worktree); None, with
+    `skipped` saying why (the fetch failed), records the attempt as skipped."""
     entry = {"repo": repo, "branch": branch, "sha": sha, "state": "building", "started": time.time(),
              "seconds": None, "compiled": "", "disk_bytes": None, "reason": ""}
     if not checkout:
-        entry.update(state="skipped", reason=f"no local clone of {repo} on this worker")
+        entry.update(state="skipped", reason=skipped or f"no clone of {repo} on this worker")
         record(ctx.redis, entry)
         return Warmed("skipped", entry["reason"])
     try:

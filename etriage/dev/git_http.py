@@ -87,14 +87,16 @@ class GitHosting:
 
     # ---- programming ------------------------------------------------------------------------
     def create(self, full_name: str, *, public: bool = False, source: Path | None = None) -> Path:
-        """A bare repository `owner/name`; with `source`, a copy of that repository's branches."""
+        """A bare repository `owner/name`; with `source`, a copy of that repository's branches and
+        tags (a release's tag is what the worker compares the installed wheel with)."""
         git_dir = self.root / f"{full_name}.git"
         if git_dir.exists():
             shutil.rmtree(git_dir)
         git_dir.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(["git", "init", "-q", "--bare", str(git_dir)], check=True, env=GIT_ENV, capture_output=True)
         if source is not None:
-            git(git_dir, "fetch", "-q", "--no-tags", str(source), "+refs/heads/*:refs/heads/*")
+            git(git_dir, "fetch", "-q", "--no-tags", str(source), "+refs/heads/*:refs/heads/*",
+                "+refs/tags/*:refs/tags/*")
         self.repos[full_name] = HostedRepo(full_name, git_dir, public)
         return git_dir
 

@@ -50,18 +50,28 @@ class Workspace:
                                     **({"recipe": environments.recipe_of(tables)} if tables else {}))
 
 
-def compiled_choices(ws: Workspace, commits: list[str], tables: Tables | None = None
-                     ) -> dict[str, environments.compiled.Choice]:
+def compiled_choices(ws: Workspace, commits: list[str], tables: Tables | None = None, *,
+                     python_runtime: bool = True) -> dict[str, environments.compiled.Choice]:
     """The compiled parts each commit needs. When one of them must be built from its sources,
     all are: a build makes fewer extension modules than the wheel has (no QNN, CoreML or LLM
     parts), and a test must not fail at head only because head's compiled parts were made
     another way than the merge base's. The first of `commits` is the merge base: when it does not
     hold the executorch package, the repository is not ExecuTorch, and every side runs on the
-    installed package with its commit's files of it laid over."""
+    installed package with its commit's files of it laid over.
+    `python_runtime` False: no planned target runs a suite in ExecuTorch's Python runtime (each
+    runs the change's programs on a runner its cmake recipe rebuilds), so Python only exports
+    programs and the installed wheel's compiled parts serve both sides: nothing is built for it."""
     ctx = ws.environments(tables)
     choices = {c: environments.choose_compiled(ctx, c) for c in dict.fromkeys(commits)}
     if not choices[commits[0]].whole:  # the merge base does not hold the package: nor is the repository
         return {c: environments.not_the_package(ctx) for c in choices}
+    if not python_runtime and any(c.source == "built" for c in choices.values()):
+        wheel = environments.compiled.installed_wheel(ctx.installed)
+        return {commit: environments.compiled.Choice(
+            "wheel", choice.native_key, wheel.release,
+            reason="no planned target runs the Python runtime (the change's programs run on the runner "
+                   "rebuilt from its sources): the installed wheel's compiled parts export them")
+                for commit, choice in choices.items()}
     if any(c.source == "built" for c in choices.values()):
         for commit, choice in choices.items():
             if choice.source != "built":

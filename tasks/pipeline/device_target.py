@@ -75,6 +75,8 @@ def not_run(run: SuiteRun, reason: str) -> SuiteResult:
 class DeviceTarget:
     """The Target interface (tasks/pipeline/targets.py): available(), run(), run_many()."""
 
+    python_runtime = False  # programs run on the device's runner; Python only exports them
+
     def __init__(self, spec: TargetSpec, tool_env: dict[str, str], *,
                  inventory: dict[str, Device] | None = None, pool: Pool | None = None):
         self.spec, self.name, self.tool_env = spec, spec.name, tool_env

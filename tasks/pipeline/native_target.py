@@ -34,6 +34,8 @@ class HostNativeTarget:
     """The registry (tasks/pipeline/targets.py KINDS) builds it from targets.yaml's entry."""
 
     runner_prefix: tuple[str, ...] = ()  # how to start the runner here: directly
+    # the change's programs run on the runner its cmake recipe rebuilt; Python only exports them
+    python_runtime = False
 
     def __init__(self, spec: TargetSpec, tool_env: dict[str, str]):
         self.spec, self.name, self.tool_env = spec, spec.name, tool_env

@@ -121,7 +121,8 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
     targets = {name: make_target(tables.targets[name], options.tool_env) for name in plan.targets}
     toolchains = _toolchains(plan, tables, targets)
     try:
-        choices = compiled_choices(ws, [plan.merge_base, plan.head], tables)
+        choices = compiled_choices(ws, [plan.merge_base, plan.head], tables,
+                                   python_runtime=any(t.python_runtime for t in targets.values()))
     except (GitError, OSError) as error:
         build = BuildResult(status="environment", kind="environment", commit=plan.head,
                             reason=f"could not read the commits' native sources: {error}")

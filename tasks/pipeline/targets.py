@@ -29,6 +29,9 @@ def not_run(run: SuiteRun, reason: str) -> SuiteResult:
 
 
 class HostTarget:
+    # the suites run in ExecuTorch's Python runtime: the side's compiled parts execute them
+    python_runtime = True
+
     def __init__(self, spec: TargetSpec, tool_env: dict[str, str]):
         self.spec, self.name, self.tool_env = spec, spec.name, tool_env
 

@@ -7,7 +7,7 @@ import pytest
 from bot.app import create_app
 from bot.dashboard import DashboardConfig
 from bot.history import History
-from tests.service.conftest import (PR, REPO, checkout, clean_redis, double, payloads,  # noqa: F401
+from tests.service.conftest import (PR, REPO, checkout, clean_redis, double, hosting, payloads,  # noqa: F401
                                     service_env, web, workers)
 
 pytestmark = pytest.mark.service

@@ -1,7 +1,8 @@
 """Warm before the PR arrives, through the real service: a signed `push` to the default branch
 reaches the webhook, `warm_environment` runs on a real worker's `build` queue, and the tip's
-environment is made and recorded for the dashboard (ready, with its time and disk); a push the
-worker has no clone for is recorded as skipped, with the reason."""
+environment is made from the worker's own fetch of the tip and recorded for the dashboard (ready,
+with its time and disk); a push of a repository the worker cannot fetch is recorded as skipped,
+with the reason."""
 from __future__ import annotations
 
 import json
@@ -49,4 +50,4 @@ def test_a_push_to_the_default_branch_makes_its_environment_before_any_pr(web, w
     other = "octo-org/not-cloned-here"
     web.post("push", push("refs/heads/master", web.base, repo=other))
     skipped = entry(web.redis, other, web.base, ("skipped",), timeout=120)
-    assert "no local clone" in skipped["reason"]
+    assert "could not fetch octo-org/not-cloned-here" in skipped["reason"], skipped
