@@ -122,17 +122,22 @@ def test_compiled_parts_built_in_the_sandbox_and_a_build_out_of_time_is_the_mach
                     commands=(("cmake", "-S", "{src}", "-B", "{build}", "-G", "Ninja"), ("cmake", "--build", "{build}")),
                     artifacts=("_portable_lib*.so",))
 
-    def context(timeout: float, name: str, shared: Path | None = None):
+    def context(timeout: float, name: str, shared: Path | None = None, recipe: Recipe = recipe):
         return environments.Context(repo=repo, python=sys.executable, installed=installed, data_dir=tmp_path / name,
                                     run_dir=tmp_path / f"run-{name}", build_timeout=timeout, recipe=recipe,
                                     shared_store=shared)
 
-    late = context(0.3, "late")
+    # a build step that outlasts the limit whatever the machine's speed (a tiny configure can
+    # finish inside any short limit on an idle machine)
+    slow = Recipe(name="pybind", kind="environment", inputs=recipe.inputs, commands=(("sleep", "60"),),
+                  artifacts=recipe.artifacts)
+    late = context(1.0, "late", recipe=slow)
     choice = environments.choose_compiled(late, commit)
     assert choice.source == "built" and "cannot be compared" in choice.reason  # no wheel commit, no tag here
     env, failures = environments.environment_for(late, commit, choice=choice, check_health=False)
     assert env.status == "failed" and "wall-clock limit" in env.reason and failures == [], env.reason
 
+    choice = environments.choose_compiled(context(600, "made"), commit)  # the key covers the recipe's commands
     made, failures = environments.environment_for(context(600, "made", tmp_path / "shared"), commit, choice=choice,
                                                   check_health=False)
     assert made.status == "ok", made.reason

@@ -14,7 +14,7 @@ import pytest
 from etriage.dev.git_http import wants
 from tasks.pipeline import gitio
 from tasks.repos import FetchError, FetchPolicy, Repos
-from tests.repos.conftest import FORK, PR, TOKEN, UPSTREAM, git, token
+from tests.repos.conftest import FORK, PR, TOKEN, UPSTREAM, commit, git, token
 
 
 def worktrees(repos: Repos) -> list[str]:
@@ -173,3 +173,31 @@ def test_a_fetch_that_runs_out_of_disk_is_a_disk_error(origin, tmp_path, content
         assert worktrees(repos) == []
     finally:
         subprocess.run(["umount", str(data)])
+
+
+def test_the_installed_wheels_release_is_fetched_beside_the_pull_request(origin, repos):
+    """The environments compare a side's native sources with the installed wheel's release
+    (tasks/environments/compiled.py): its tag comes into the mirror with the pull request, from a
+    release branch off main or from main's own history, and a full mirror stays full."""
+    work = origin.work
+    git(work, "checkout", "-q", "-b", "release/9.9", origin.first)
+    release = commit(work, {"version.txt": "9.9.9\n"}, "release 9.9.9")
+    git(work, "tag", "-a", "-m", "9.9.9", "v9.9.9", release)
+    git(work, "tag", "v1.0.0", origin.first)
+    git(work, "checkout", "-q", "main")
+    for tag in ("v9.9.9", "v1.0.0"):
+        origin.double.git.push(UPSTREAM, work, f"refs/tags/{tag}:refs/tags/{tag}")
+
+    missing = "0123456789abcdef" * 2 + "01234567"
+    with repos.checkout(origin.pull(references=("refs/tags/v9.9.9", missing)), token) as checkout:
+        assert git(checkout.path, "rev-parse", "v9.9.9^{commit}") == release
+        # its tree is readable (the native key hashes blob ids); its blobs were not asked for
+        assert "version.txt" in git(checkout.path, "ls-tree", "--name-only", release)
+        assert checkout.notes == []
+    with repos.checkout(origin.pull(references=("refs/tags/v1.0.0",)), token) as checkout:
+        assert git(checkout.path, "rev-parse", "v1.0.0^{commit}") == origin.first
+        assert git(checkout.mirror, "rev-parse", "--is-shallow-repository") == "false"
+        assert git(checkout.mirror, "merge-base", origin.base, origin.head) == origin.base
+    with repos.checkout(origin.pull(references=("refs/tags/v0.0.0", missing)), token) as checkout:
+        [note] = checkout.notes
+        assert "none of refs/tags/v0.0.0" in note and "cannot be compared" in note
