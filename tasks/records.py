@@ -57,6 +57,7 @@ class Plan(_Record):
     selected: list[SelectedTest] = field(default_factory=list)
     left_out: list[SelectedTest] = field(default_factory=list)
     budget_seconds: float = 0.0  # the selected tests' time budget this run had
+    refused: str = ""  # why nothing of the change is touched (a path of its tree that cannot be a file name)
 
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
-from tasks.pipeline import gitio
+from tasks.pipeline import gitio, treepaths
 from tasks.pipeline.tables import Tables
 from tasks.records import ChangedFile, Plan
 
@@ -72,6 +72,10 @@ def submodules_needed(files: list[ChangedFile], tables: Tables):
     return lambda path: any(r.covers(path) for r in recipes)
 
 
+def refusal(unsafe: treepaths.UnsafePath) -> str:
+    return f"refused: the change's tree holds a path that cannot be a file name ({unsafe})"
+
+
 def plan_change(repo, base: str, head: str, tables: Tables, *,
                 targets: list[str] | None = None, suites: list[str] | None = None,
                 path_backends: dict[str, str] | None = None, targets_named: bool = True) -> Plan:
@@ -81,7 +85,12 @@ def plan_change(repo, base: str, head: str, tables: Tables, *,
     stays in the plan and says why it did not run; an automatic run leaves it out with a note."""
     base_sha, head_sha = gitio.resolve(repo, base), gitio.resolve(repo, head)
     merge_base = gitio.merge_base(repo, base_sha, head_sha)
-    files = gitio.changed_files(repo, merge_base, head_sha)
+    try:
+        files = gitio.changed_files(repo, merge_base, head_sha)
+    except treepaths.UnsafePath as unsafe:  # a hostile tree: nothing of it is planned, built or run
+        return Plan(base=base_sha, head=head_sha, merge_base=merge_base, changed_files=[], areas=[],
+                    backends=[], suites=[], targets=[], recipes=[], refused=refusal(unsafe),
+                    notes=[f"Nothing of this change was run: {refusal(unsafe)}."])
     notes: list[str] = []
 
     unknown_suites = [s for s in suites or () if s not in tables.suites]
