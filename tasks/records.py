@@ -30,6 +30,7 @@ class ChangedFile(_Record):
     status: str  # git's letter: A, M, D, R, C, T
     old_path: str | None = None  # renames/copies
     binary: bool = False
+    mode: str = ""  # at head (git's: 100644, 100755, 120000 a symlink, 160000 a gitlink; "" deleted)
 
 
 @dataclass

@@ -51,19 +51,20 @@ def merge_base(repo, base: str, head: str) -> str:
 
 
 def changed_files(repo, merge_base_sha: str, head: str) -> list[ChangedFile]:
-    """`git diff --name-status -M` plus --numstat's "-" marker for binary files. UnsafePath when
+    """`git diff --raw -M` (status, paths, mode at head) plus --numstat's "-" marker for binary files. UnsafePath when
     a path (or a rename's old path) cannot be a file name."""
-    status_out = git(repo, "diff", "--name-status", "-M", "-z", merge_base_sha, head)
-    parts = status_out.split("\0")
+    raw = git(repo, "diff", "--raw", "-M", "-z", "--no-abbrev", merge_base_sha, head)
+    parts = raw.split("\0")
     files: list[ChangedFile] = []
     i = 0
     while i < len(parts) - 1:
-        status = parts[i]
+        _, new_mode, _, _, status = parts[i].lstrip(":").split()
+        mode = "" if status[0] == "D" else new_mode
         if status[:1] in ("R", "C"):
-            files.append(ChangedFile(path=parts[i + 2], status=status[0], old_path=parts[i + 1]))
+            files.append(ChangedFile(path=parts[i + 2], status=status[0], old_path=parts[i + 1], mode=mode))
             i += 3
         else:
-            files.append(ChangedFile(path=parts[i + 1], status=status[0]))
+            files.append(ChangedFile(path=parts[i + 1], status=status[0], mode=mode))
             i += 2
     # --numstat says "-" for binary files; with -z a rename's paths follow in two fields.
     numstat = git(repo, "diff", "--numstat", "-M", "-z", merge_base_sha, head).split("\0")
@@ -79,7 +80,7 @@ def changed_files(repo, merge_base_sha: str, head: str) -> list[ChangedFile]:
             j += 1
     for f in files:
         treepaths.checked_all(filter(None, (f.path, f.old_path)))
-    return [ChangedFile(f.path, f.status, f.old_path, f.path in binary) for f in files]
+    return [ChangedFile(f.path, f.status, f.old_path, f.path in binary, f.mode) for f in files]
 
 
 def show(repo, commit: str, path: str) -> bytes:

@@ -72,6 +72,19 @@ def submodules_needed(files: list[ChangedFile], tables: Tables):
     return lambda path: any(r.covers(path) for r in recipes)
 
 
+LINK_MODES = {"120000": "a symbolic link", "160000": "a submodule (gitlink)"}
+
+
+def link_note(f: ChangedFile) -> str:
+    """What becomes of a link in the change: it is kept as what it is, never followed."""
+    shown = f.path.encode("unicode_escape").decode()[:200]
+    if f.mode == "120000":
+        return (f"`{shown}` is a symbolic link: its target is data, never followed by the worker; the "
+                "environment's Python tree leaves it out, a native checkout keeps it as a link")
+    return (f"`{shown}` is a submodule (gitlink): its files are not in this repository's tree; a native build "
+            "reads the worker's fetched copy of it")
+
+
 def refusal(unsafe: treepaths.UnsafePath) -> str:
     return f"refused: the change's tree holds a path that cannot be a file name ({unsafe})"
 
@@ -91,7 +104,7 @@ def plan_change(repo, base: str, head: str, tables: Tables, *,
         return Plan(base=base_sha, head=head_sha, merge_base=merge_base, changed_files=[], areas=[],
                     backends=[], suites=[], targets=[], recipes=[], refused=refusal(unsafe),
                     notes=[f"Nothing of this change was run: {refusal(unsafe)}."])
-    notes: list[str] = []
+    notes: list[str] = [link_note(f) for f in files if f.mode in LINK_MODES]
 
     unknown_suites = [s for s in suites or () if s not in tables.suites]
     if unknown_suites:
