@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tasks.pipeline import gitio, treepaths
-from tasks.pipeline.sandbox import run_logged, scrubbed_env
+from tasks.pipeline.sandbox import LOG_READ, run_logged, scrubbed_env, tail_text
 from tasks.pipeline.tables import Recipe
 
 CACHE_MAX_SIZE = "5G"
@@ -466,7 +466,7 @@ def build(spec: BuildSpec, recipe: Recipe, commit: str, classify, toolchain: Too
                      f"in {done.seconds:.1f} s")
             if done.returncode != 0:
                 _read_stats(result, statslog, src)
-                text = relative_paths(done.log_path.read_text(errors="replace"), src)
+                text = relative_paths(done.tail(LOG_READ), src)
                 if done.limit:
                     text += f"\n[etriage] stopped at the sandbox's {done.limit}\n"
                 result.status, result.log = "failed", text
@@ -504,7 +504,7 @@ def _read_stats(result: NativeBuild, statslog: Path, src: Path) -> None:
     counters: dict[str, int] = {}
     current = ""
     try:
-        lines = statslog.read_text(errors="replace").splitlines()
+        lines = tail_text(statslog, LOG_READ).splitlines()  # the sandbox writes it
     except OSError:
         return
     for line in lines:
