@@ -30,6 +30,7 @@ class ChangedFile(_Record):
     status: str  # git's letter: A, M, D, R, C, T
     old_path: str | None = None  # renames/copies
     binary: bool = False
+    mode: str = ""  # at head (git's: 100644, 100755, 120000 a symlink, 160000 a gitlink; "" deleted)
 
 
 @dataclass
@@ -57,6 +58,7 @@ class Plan(_Record):
     selected: list[SelectedTest] = field(default_factory=list)
     left_out: list[SelectedTest] = field(default_factory=list)
     budget_seconds: float = 0.0  # the selected tests' time budget this run had
+    refused: str = ""  # why nothing of the change is touched (a path of its tree that cannot be a file name)
 
 
 @dataclass

@@ -30,7 +30,7 @@ from bot.repo_config import PATH, RepoConfig, RepoConfigCache, RepoConfigError
 from bot.store import Store
 from tasks.celery_app import get_app
 from tasks.environments import compiled
-from tasks.pipeline import compare, gitio
+from tasks.pipeline import compare, gitio, treepaths
 from tasks.pipeline.plan import submodules_needed
 from tasks.pipeline.report import headline, to_markdown
 from tasks.pipeline.overlay import installed_package_dir
@@ -375,8 +375,11 @@ def open_source(ctx: WorkerContext, worktree: ExitStack, gh: GitHubClient, repo:
     refs = PullRefs(repo, pr, pull["head_sha"], pull["base_ref"], pull["base_sha"], wheel_references())
     try:
         checkout = worktree.enter_context(ctx.repos().checkout(refs, gh.git_token))
-        wanted = submodules_needed(gitio.changed_files(checkout.path, checkout.merge_base, checkout.head),
-                                   load_tables())
+        try:
+            wanted = submodules_needed(gitio.changed_files(checkout.path, checkout.merge_base, checkout.head),
+                                       load_tables())
+        except treepaths.UnsafePath:  # no submodule of a hostile tree: the pipeline refuses it, saying why
+            wanted = None
         for commit in (checkout.head, checkout.merge_base) if wanted else ():
             checkout.fetch_submodules(commit, wanted)
     except FetchError as error:

@@ -1,14 +1,24 @@
 """JUnit XML (pytest `--junit-xml`, nested `<testsuites>`) into typed test cases.
 
-Parsed with expat so every case keeps the line it sits on in the XML (a failure's line
-number points into the input), and malformed XML is a clear JUnitError, not a traceback.
+A run's JUnit file is written by the code under test, so it is hostile input: parsed with
+defusedxml's expat reader (no DTD entities, no external references: an entity bomb is refused,
+not expanded), refused above MAX_BYTES before any parsing, and each failure's text gathered in a
+list and joined once (expat hands character data over line by line; `+=` per line made a 13 MB
+body quadratic). Every case keeps the line it sits on in the XML (a failure's line number points
+into the input), and malformed XML (one control byte) is a clear JUnitError, not a traceback.
 """
 from __future__ import annotations
 
+import io
 import os
 from dataclasses import dataclass
-from xml.parsers import expat
+from xml.sax import SAXParseException
+from xml.sax.handler import ContentHandler, feature_external_ges, feature_external_pes
 
+from defusedxml import DefusedXmlException
+from defusedxml.sax import make_parser
+
+MAX_BYTES = 64 << 20  # a JUnit file above this is not read at all (a run may write 2 GiB)
 OUTCOME_TAGS = {"failure": "failed", "error": "error", "skipped": "skipped"}
 # A failed test beats an errored teardown beats a skip when one case carries several.
 _OUTCOME_RANK = {"passed": 0, "skipped": 1, "error": 2, "failed": 3}
@@ -52,67 +62,81 @@ def read_junit(source: str | os.PathLike) -> list[JUnitCase]:
     if isinstance(source, os.PathLike) or (isinstance(source, str) and not source.lstrip().startswith("<")):
         try:
             with open(source, "rb") as stream:
-                data = stream.read()
+                size = os.fstat(stream.fileno()).st_size
+                if size > MAX_BYTES:
+                    raise JUnitError(f"JUnit XML of {size / (1 << 20):.0f} MiB, over the {MAX_BYTES >> 20} MiB "
+                                     "that are read")
+                data = stream.read(MAX_BYTES + 1)
         except OSError as exc:
             raise JUnitError(f"{source}: {exc.strerror or exc}") from None
     else:
         data = source.encode("utf-8")
+    if len(data) > MAX_BYTES:
+        raise JUnitError(f"JUnit XML of {len(data) / (1 << 20):.0f} MiB, over the {MAX_BYTES >> 20} MiB that are read")
     return _parse(data)
 
 
-def _parse(data: bytes) -> list[JUnitCase]:
-    cases: list[JUnitCase] = []
-    stack: list[str] = []
-    state: dict = {"case": None, "capture": None, "saw_suite": False}
-    parser = expat.ParserCreate()
+class _Cases(ContentHandler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.cases: list[JUnitCase] = []
+        self.stack: list[str] = []
+        self.case: JUnitCase | None = None
+        self.capture: str | None = None
+        self.text: list[str] = []  # the captured element's character data, joined once at its end
+        self.saw_suite = False
 
-    def start(tag: str, attrs: dict[str, str]) -> None:
-        stack.append(tag)
+    def _line(self) -> int:
+        return self._locator.getLineNumber() if self._locator else 0
+
+    def startElement(self, tag, attrs) -> None:
+        self.stack.append(tag)
         if tag in ("testsuite", "testsuites"):
-            state["saw_suite"] = True
+            self.saw_suite = True
         elif tag == "testcase":
-            state["case"] = JUnitCase(
-                classname=attrs.get("classname", ""),
-                name=attrs.get("name", ""),
-                file=attrs.get("file") or None,
-                outcome="passed",
-                time=_float(attrs.get("time")),
-                line_no=parser.CurrentLineNumber,
-            )
-        elif tag in OUTCOME_TAGS and state["case"] is not None:
-            case = state["case"]
+            self.case = JUnitCase(classname=attrs.get("classname", ""), name=attrs.get("name", ""),
+                                  file=attrs.get("file") or None, outcome="passed",
+                                  time=_float(attrs.get("time")), line_no=self._line())
+        elif tag in OUTCOME_TAGS and self.case is not None:
             outcome = OUTCOME_TAGS[tag]
-            if _OUTCOME_RANK[outcome] > _OUTCOME_RANK[case.outcome]:
-                case.outcome = outcome
-                case.message = attrs.get("message", "")
-                case.text = ""
-                case.line_no = parser.CurrentLineNumber
-                state["capture"] = tag
+            if _OUTCOME_RANK[outcome] > _OUTCOME_RANK[self.case.outcome]:
+                self.case.outcome, self.case.message = outcome, attrs.get("message", "")
+                self.case.text, self.case.line_no = "", self._line()
+                self.capture, self.text = tag, []
             else:
-                state["capture"] = None
+                self.capture = None
 
-    def end(tag: str) -> None:
-        stack.pop()
-        if tag == "testcase" and state["case"] is not None:
-            cases.append(state["case"])
-            state["case"] = None
-        elif tag == state["capture"]:
-            state["capture"] = None
+    def endElement(self, tag) -> None:
+        self.stack.pop()
+        if tag == "testcase" and self.case is not None:
+            self.cases.append(self.case)
+            self.case = None
+        elif tag == self.capture:
+            if self.case is not None:
+                self.case.text = "".join(self.text)
+            self.capture, self.text = None, []
 
-    def chars(text: str) -> None:
-        if state["capture"] and state["case"] is not None and stack and stack[-1] == state["capture"]:
-            state["case"].text += text
+    def characters(self, text) -> None:
+        if self.capture and self.case is not None and self.stack and self.stack[-1] == self.capture:
+            self.text.append(text)
 
-    parser.StartElementHandler = start
-    parser.EndElementHandler = end
-    parser.CharacterDataHandler = chars
+
+def _parse(data: bytes) -> list[JUnitCase]:
+    handler = _Cases()
+    parser = make_parser()  # defusedxml's: entities and DTD-driven expansion forbidden
+    parser.setFeature(feature_external_ges, False)
+    parser.setFeature(feature_external_pes, False)
+    parser.setContentHandler(handler)
     try:
-        parser.Parse(data, True)
-    except expat.ExpatError as exc:
-        raise JUnitError(f"malformed JUnit XML at line {exc.lineno}, column {exc.offset}: {expat.errors.messages[exc.code]}") from None
-    if not state["saw_suite"]:
+        parser.parse(io.BytesIO(data))
+    except SAXParseException as exc:
+        raise JUnitError(f"malformed JUnit XML at line {exc.getLineNumber()}, column {exc.getColumnNumber()}: "
+                         f"{exc.getMessage()}") from None
+    except DefusedXmlException as exc:
+        raise JUnitError(f"refused JUnit XML: {exc}") from None
+    if not handler.saw_suite:
         raise JUnitError("not JUnit XML: no <testsuite> or <testsuites> element")
-    return cases
+    return handler.cases
 
 
 def _float(value: str | None) -> float:

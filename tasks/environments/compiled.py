@@ -177,7 +177,7 @@ def built_parts(spec: native.BuildSpec, recipe: Recipe, commit: str, store: Path
             if part is None:
                 continue
             dest = treepaths.replace_target(tmp / "executorch", f"{part.package}/{artifact.name}")
-            shutil.copy2(artifact, dest)
+            shutil.copy2(artifact, dest, follow_symlinks=False)
             placed[artifact.name] = part.package
         (tmp / "parts.json").write_text(json.dumps({"commit": commit, "key": key, "parts": placed,
                                                     "steps": built.steps}))

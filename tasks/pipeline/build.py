@@ -110,7 +110,8 @@ def build_commit(ws: Workspace, tables: Tables, commit: str, changes: list[Chang
         return result
     overlay_recipe = next((r for r in tables.recipes.values() if r.kind == "overlay"), None)
     covers = overlay_recipe.covers if overlay_recipe else (lambda path: False)
-    written = sorted({f.path for f in changes if f.status != "D" and covers(f.path)})
+    written = sorted({f.path for f in changes if f.status != "D" and covers(f.path)
+                      and f.mode not in ("120000", "160000")})  # links are not laid as modules
     modules = [m for m in map(overlay.module_name, written) if m][:5]
     if modules:
         progress(f"environment for {commit[:12]}: {len(written)} changed file(s) of the change in its tree")

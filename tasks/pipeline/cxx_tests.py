@@ -19,7 +19,7 @@ import time
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from tasks.pipeline.sandbox import run_logged, scrubbed_env
+from tasks.pipeline.sandbox import LOG_READ, run_logged, scrubbed_env
 from tasks.pipeline.suites import SuiteRun
 from tasks.records import SuiteResult, TestResult
 from triage_rules.junit import JUnitError, read_junit
@@ -107,7 +107,7 @@ def run_suite(run: SuiteRun, target: str) -> SuiteResult:
         elif select:
             listed = run_logged([str(exe), "--gtest_list_tests"], cwd=work, env=env, log_path=work / f"{binary}.list",
                                 timeout=120, sandbox=run.sandbox, python=run.python, readable=[exe.parent, work])
-            suites = suites_of(listed.log_path.read_text(errors="replace"), select)
+            suites = suites_of(listed.tail(LOG_READ), select)
             if not suites:  # no suite of that operator: the directory's whole binary
                 suites = ["*"]
             argv.append("--gtest_filter=" + ":".join(f"{s}.*" for s in suites))

@@ -36,7 +36,7 @@ from tasks.devices.pool import NoDevice, Pool
 from tasks.devices.queue import RUN_BUNDLE, make_client, pack, queue_for
 from tasks.pipeline import programs
 from tasks.pipeline import suites as suite_runner
-from tasks.pipeline.sandbox import TASKS_DIR, run_logged, scrubbed_env
+from tasks.pipeline.sandbox import TASKS_DIR, run_logged, scrubbed_env, tail_text
 from tasks.pipeline.suites import SuiteRun, run_each
 from tasks.pipeline.tables import TargetSpec
 from tasks.records import BuildResult, SuiteResult, TestResult
@@ -150,7 +150,7 @@ class DeviceTarget:
             self.bundles[key] = bundle
         else:
             result.status, result.reason = "crashed", "the probes' programs could not be exported on the host"
-            result.log_excerpt = (work / "export.log").read_text(errors="replace")[-6000:]
+            result.log_excerpt = tail_text(work / "export.log", 6000)
             return result
         faults: list[DeviceFault] = []
         while len(faults) < ATTEMPTS:

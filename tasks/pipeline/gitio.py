@@ -1,12 +1,16 @@
 """The few git questions the pipeline asks, as plain functions over `git -C repo`.
 
-Read-only: nothing here changes the repository's state (no checkout, no worktree).
+Read-only: nothing here changes the repository's state (no checkout, no worktree). Every path
+read from a tree or a diff is data from the change: `changed_files` and `ls_tree` pass each one
+through `treepaths.check` (UnsafePath names the first that cannot be a file name), and names are
+decoded with surrogateescape, so a name that is not UTF-8 is refused there instead of crashing.
 """
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
+from tasks.pipeline import treepaths
 from tasks.records import ChangedFile
 
 
@@ -15,8 +19,8 @@ class GitError(ValueError):
 
 
 def git(repo: Path | str, *args: str, binary: bool = False) -> str | bytes:
-    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
-                          text=not binary, env={"PATH": "/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM": "1",
+    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=not binary,
+                          **({} if binary else {"encoding": "utf-8", "errors": "surrogateescape"}), env={"PATH": "/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM": "1",
                                                  "HOME": "/nonexistent", "LC_ALL": "C",
                                                  "GIT_TERMINAL_PROMPT": "0"})
     if proc.returncode != 0:
@@ -47,18 +51,20 @@ def merge_base(repo, base: str, head: str) -> str:
 
 
 def changed_files(repo, merge_base_sha: str, head: str) -> list[ChangedFile]:
-    """`git diff --name-status -M` plus --numstat's "-" marker for binary files."""
-    status_out = git(repo, "diff", "--name-status", "-M", "-z", merge_base_sha, head)
-    parts = status_out.split("\0")
+    """`git diff --raw -M` (status, paths, mode at head) plus --numstat's "-" marker for binary files. UnsafePath when
+    a path (or a rename's old path) cannot be a file name."""
+    raw = git(repo, "diff", "--raw", "-M", "-z", "--no-abbrev", merge_base_sha, head)
+    parts = raw.split("\0")
     files: list[ChangedFile] = []
     i = 0
     while i < len(parts) - 1:
-        status = parts[i]
+        _, new_mode, _, _, status = parts[i].lstrip(":").split()
+        mode = "" if status[0] == "D" else new_mode
         if status[:1] in ("R", "C"):
-            files.append(ChangedFile(path=parts[i + 2], status=status[0], old_path=parts[i + 1]))
+            files.append(ChangedFile(path=parts[i + 2], status=status[0], old_path=parts[i + 1], mode=mode))
             i += 3
         else:
-            files.append(ChangedFile(path=parts[i + 1], status=status[0]))
+            files.append(ChangedFile(path=parts[i + 1], status=status[0], mode=mode))
             i += 2
     # --numstat says "-" for binary files; with -z a rename's paths follow in two fields.
     numstat = git(repo, "diff", "--numstat", "-M", "-z", merge_base_sha, head).split("\0")
@@ -72,7 +78,9 @@ def changed_files(repo, merge_base_sha: str, head: str) -> list[ChangedFile]:
                 binary.add(path)
         else:
             j += 1
-    return [ChangedFile(f.path, f.status, f.old_path, f.path in binary) for f in files]
+    for f in files:
+        treepaths.checked_all(filter(None, (f.path, f.old_path)))
+    return [ChangedFile(f.path, f.status, f.old_path, f.path in binary, f.mode) for f in files]
 
 
 def show(repo, commit: str, path: str) -> bytes:
@@ -80,7 +88,7 @@ def show(repo, commit: str, path: str) -> bytes:
 
 
 def ls_tree(repo, commit: str) -> dict[str, str]:
-    """path -> blob sha for every file of the commit."""
+    """path -> blob sha for every file of the commit; UnsafePath for a path that cannot be a file name."""
     out = git(repo, "ls-tree", "-r", "-z", "--full-tree", commit)
     blobs = {}
     for rec in out.split("\0"):
@@ -89,7 +97,7 @@ def ls_tree(repo, commit: str) -> dict[str, str]:
         meta, path = rec.split("\t", 1)
         mode, kind, sha = meta.split()
         if kind == "blob":
-            blobs[path] = sha
+            blobs[treepaths.check(path)] = sha
     return blobs
 
 

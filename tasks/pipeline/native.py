@@ -26,19 +26,17 @@ from __future__ import annotations
 import fcntl
 import glob
 import hashlib
-import io
 import json
 import os
 import re
 import shutil
-import tarfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tasks.pipeline import gitio, treepaths
-from tasks.pipeline.sandbox import run_logged, scrubbed_env
+from tasks.pipeline.sandbox import LOG_READ, run_logged, scrubbed_env, tail_text
 from tasks.pipeline.tables import Recipe
 
 CACHE_MAX_SIZE = "5G"
@@ -93,13 +91,15 @@ def needs_googletest(recipe: Recipe) -> bool:
 def provide_googletest(src: Path, system: Path = GOOGLETEST[1]) -> str:
     """Fill the checkout's googletest submodule from the system's sources when it is missing;
     returns why it cannot be ("" when the checkout has it now)."""
-    target = src / GOOGLETEST[0]
+    target = treepaths.inside(src, GOOGLETEST[0])
     if (target / "CMakeLists.txt").is_file():
         return ""
     if not (system / "CMakeLists.txt").is_file():
         return f"needs googletest: {GOOGLETEST[0]} is not in the sources and {system} is absent " \
                "(Debian's libgtest-dev and libgmock-dev: scripts/system-deps.sh)"
-    if target.exists():
+    if target.is_symlink() or target.is_file():
+        target.unlink()
+    elif target.exists():
         shutil.rmtree(target)
     shutil.copytree(system, target, symlinks=True)
     return ""
@@ -214,35 +214,70 @@ def _has_commit(repo: Path, commit: str) -> bool:
 
 
 def _export(repo: Path, commit: str, dest: Path) -> None:
-    """git archive of the commit, then each submodule from the clone's own checkout of it."""
+    """The commit's tree written file by file (what `git archive` would give, without its
+    export-ignore/export-subst rewrites), then each submodule from the clone's own checkout of it."""
     dest.mkdir(parents=True)
-    _untar(gitio.git(repo, "archive", "--format=tar", commit, binary=True), dest)
+    _write_entries(repo, dest, [e for e in _tree_entries(repo, commit) if e[0] != GITLINK])
     for path, sha in _submodules(repo, commit).items():
         _export_submodule(repo, path, sha, dest)
 
 
-def _untar(data: bytes, dest: Path) -> None:
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        tar.extractall(dest, filter="data")
+GITLINK, SYMLINK = "160000", "120000"
+BLOB_BATCH = 2000  # blobs per `git cat-file --batch`: bounds what one read holds in memory
+
+
+def _tree_entries(repo: Path, commit: str, paths: list[str] | None = None) -> list[tuple[str, str, str]]:
+    """(mode, sha, path) of every entry of the commit's tree (gitlinks included), each path
+    checked (treepaths.UnsafePath for the first that cannot be a file name)."""
+    out = gitio.git(repo, "ls-tree", "-r", "-z", "--full-tree", commit, *(["--", *paths] if paths else []))
+    entries = []
+    for rec in out.split("\0"):
+        if rec:
+            meta, path = rec.split("\t", 1)
+            mode, _, sha = meta.split()
+            entries.append((mode, sha, treepaths.check(path)))
+    return entries
+
+
+def _write_entries(repo: Path, root: Path, entries: list[tuple[str, str, str]]) -> None:
+    """The one writer of tree entries into a checkout: each destination made by
+    treepaths.replace_target (checked, inside `root` after resolving the links already written,
+    whatever was there removed, never followed). A symlink is written as a link: its text is data
+    (never resolved by the worker; every later write still checks its parents); the sandboxed build
+    sees it in its own mount tree."""
+    for start in range(0, len(entries), BLOB_BATCH):
+        batch = entries[start:start + BLOB_BATCH]
+        blobs = gitio.cat_blobs(repo, sorted({sha for _, sha, _ in batch}))
+        for mode, sha, path in batch:
+            if sha not in blobs:
+                raise gitio.GitError(f"{path}: blob {sha} is not in the repository")
+            target = treepaths.replace_target(root, path)
+            if mode == SYMLINK:
+                text = blobs[sha].decode(errors="surrogateescape")
+                if "\0" in text or not text:
+                    raise treepaths.UnsafePath(f"{path!r}: a symbolic link with an empty or NUL target")
+                os.symlink(text, target)
+            else:
+                target.write_bytes(blobs[sha])
+                target.chmod(0o755 if mode == "100755" else 0o644)
 
 
 def _submodules(repo: Path, commit: str, paths: list[str] | None = None) -> dict[str, str]:
-    out = gitio.git(repo, "ls-tree", "-r", "-z", "--full-tree", commit, *(["--", *paths] if paths else []))
-    mods = {}
-    for rec in out.split("\0"):
-        if rec.startswith("160000 "):
-            meta, path = rec.split("\t", 1)
-            mods[path] = meta.split()[2]
-    return mods
+    return {path: sha for mode, sha, path in _tree_entries(repo, commit, paths) if mode == GITLINK}
 
 
 def _export_submodule(repo: Path, path: str, sha: str, dest: Path) -> None:
-    target = dest / path
-    if target.exists():
+    """The submodule at `sha` from the clone's own checkout of it (<repo>/<path>), its entries
+    through the same writer; a submodule the clone has not got leaves a marker saying so."""
+    target = treepaths.inside(dest, path)
+    if target.is_symlink() or target.is_file():
+        target.unlink()
+    elif target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
     try:
-        _untar(gitio.git(repo / path, "archive", "--format=tar", sha, binary=True), target)
+        module = treepaths.inside(repo, path)
+        _write_entries(module, target, [e for e in _tree_entries(module, sha) if e[0] != GITLINK])
     except gitio.GitError as exc:  # not checked out in the clone: the build says what is missing
         (target / ".etriage-missing-submodule").write_text(f"{path} at {sha}: {exc}\n")
 
@@ -253,34 +288,24 @@ def _apply_diff(repo: Path, old: str, new: str, src: Path) -> str:
     writes, deletes, modules = [], [], []
     i = 0
     while i + 1 < len(fields):
-        meta, path = fields[i], fields[i + 1]
+        meta, path = fields[i], treepaths.check(fields[i + 1])  # every path, before anything moves
         i += 2
         old_mode, new_mode, _, new_sha, status = meta.lstrip(":").split()
         if status == "D":
             deletes.append(path)
-        elif new_mode == "160000":
+        elif new_mode == GITLINK:
             modules.append(path)
         else:
-            if old_mode == "160000":
+            if old_mode == GITLINK:
                 deletes.append(path)
-            writes.append((path, new_mode, new_sha))
+            writes.append((new_mode, new_sha, path))
     for path in deletes:
-        target = src / path
+        target = treepaths.inside(src, path)
         if target.is_dir() and not target.is_symlink():
             shutil.rmtree(target)
         elif target.exists() or target.is_symlink():
             target.unlink()
-    blobs = gitio.cat_blobs(repo, [sha for _, _, sha in writes]) if writes else {}
-    for path, mode, sha in writes:
-        target = src / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if target.is_symlink() or target.exists():
-            target.unlink()
-        if mode == "120000":
-            target.symlink_to(blobs[sha].decode())
-        else:
-            target.write_bytes(blobs[sha])
-            target.chmod(0o755 if mode == "100755" else 0o644)
+    _write_entries(repo, src, writes)
     for path, sha in _submodules(repo, new, modules).items():
         _export_submodule(repo, path, sha, src)
     return f"{len(writes)} file(s) written, {len(deletes)} removed, {len(modules)} submodule(s) moved"
@@ -441,7 +466,7 @@ def build(spec: BuildSpec, recipe: Recipe, commit: str, classify, toolchain: Too
                      f"in {done.seconds:.1f} s")
             if done.returncode != 0:
                 _read_stats(result, statslog, src)
-                text = relative_paths(done.log_path.read_text(errors="replace"), src)
+                text = relative_paths(done.tail(LOG_READ), src)
                 if done.limit:
                     text += f"\n[etriage] stopped at the sandbox's {done.limit}\n"
                 result.status, result.log = "failed", text
@@ -479,7 +504,7 @@ def _read_stats(result: NativeBuild, statslog: Path, src: Path) -> None:
     counters: dict[str, int] = {}
     current = ""
     try:
-        lines = statslog.read_text(errors="replace").splitlines()
+        lines = tail_text(statslog, LOG_READ).splitlines()  # the sandbox writes it
     except OSError:
         return
     for line in lines:
@@ -507,8 +532,12 @@ def _store(folder: Path, recipe: Recipe, artifacts: Path, result: NativeBuild, u
         found = sorted(folder.glob(rel)) if glob.has_magic(rel) else [folder / rel]
         if not found:
             raise FileNotFoundError(f"{recipe.name}: the build left no {rel} in {folder}")
-        for path in found:
-            shutil.copy2(path, tmp / path.name)
+        for path in found:  # the build folder is the sandbox's to write: a link there is refused
+            try:
+                source = treepaths.regular_file_inside(folder, path.relative_to(folder).as_posix())
+            except (treepaths.UnsafePath, ValueError) as unsafe:
+                raise OSError(f"{recipe.name}: artefact {rel} not collected: {unsafe}") from None
+            shutil.copy2(source, treepaths.replace_target(tmp, path.name), follow_symlinks=False)
     (tmp / "build.json").write_text(json.dumps({"recipe": recipe.name, "toolchain": result.toolchain,
                                                 "commit": result.commit, "steps": result.steps,
                                                 "compiled": len(result.compiled),

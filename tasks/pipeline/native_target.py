@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from tasks.pipeline import cxx_tests, programs
-from tasks.pipeline.sandbox import run_logged, scrubbed_env
+from tasks.pipeline.sandbox import LOG_READ, run_logged, scrubbed_env
 from tasks.pipeline.suites import SuiteRun, run_each
 from tasks.pipeline.tables import TargetSpec
 from tasks.records import SuiteResult, TestResult
@@ -83,7 +83,7 @@ class HostNativeTarget:
             ran = run_logged(argv, cwd=work, env=env, log_path=log_path, timeout=min(run.timeout, 300),
                              sandbox=run.sandbox, python=run.python, readable=[runner.parent, bundle],
                              writable=[out_dir])
-            return ran.returncode, ran.seconds, ran.log_path.read_text(errors="replace")
+            return ran.returncode, ran.seconds, ran.tail(LOG_READ)
 
         runs = programs.run_bundle(bundle, [*self.runner_prefix, str(runner)], out_dir, execute)
         wanted = set(run.node_ids)

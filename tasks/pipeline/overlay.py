@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from tasks.pipeline import gitio
+from tasks.pipeline import gitio, treepaths
 from tasks.pipeline.sandbox import Sandbox, run_logged, scrubbed_env
 from tasks.records import ChangedFile
 
@@ -66,7 +66,9 @@ def lay_overlay(installed: Path, overlay_root: Path, files: dict[str, bytes],
                 removed: list[str] = ()) -> Path:
     """Make <overlay_root>/executorch: the installed package with `files` (package-relative
     path -> content) written in and `removed` absent; return the package directory. The
-    pipeline gives a commit's files; tests/probes give a regression patch's."""
+    pipeline gives a commit's files; tests/probes give a regression patch's. Every path is a
+    change's data: UnsafePath for one that cannot be a file name, before anything is made."""
+    treepaths.checked_all([*files, *removed])
     real_dirs = set()
     for path in [*files, *removed]:
         parts = path.split("/")[:-1]
@@ -76,9 +78,7 @@ def lay_overlay(installed: Path, overlay_root: Path, files: dict[str, bytes],
     package_dir.mkdir(parents=True)
     farm(installed, package_dir, "", real_dirs, set(files) | set(removed))
     for path, content in files.items():
-        dest = package_dir / path
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(content)
+        treepaths.replace_target(package_dir, path).write_bytes(content)
     return package_dir
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
-from tasks.pipeline import gitio
+from tasks.pipeline import gitio, treepaths
 from tasks.pipeline.tables import Tables
 from tasks.records import ChangedFile, Plan
 
@@ -72,6 +72,23 @@ def submodules_needed(files: list[ChangedFile], tables: Tables):
     return lambda path: any(r.covers(path) for r in recipes)
 
 
+LINK_MODES = {"120000": "a symbolic link", "160000": "a submodule (gitlink)"}
+
+
+def link_note(f: ChangedFile) -> str:
+    """What becomes of a link in the change: it is kept as what it is, never followed."""
+    shown = f.path.encode("unicode_escape").decode()[:200]
+    if f.mode == "120000":
+        return (f"`{shown}` is a symbolic link: its target is data, never followed by the worker; the "
+                "environment's Python tree leaves it out, a native checkout keeps it as a link")
+    return (f"`{shown}` is a submodule (gitlink): its files are not in this repository's tree; a native build "
+            "reads the worker's fetched copy of it")
+
+
+def refusal(unsafe: treepaths.UnsafePath) -> str:
+    return f"refused: the change's tree holds a path that cannot be a file name ({unsafe})"
+
+
 def plan_change(repo, base: str, head: str, tables: Tables, *,
                 targets: list[str] | None = None, suites: list[str] | None = None,
                 path_backends: dict[str, str] | None = None, targets_named: bool = True) -> Plan:
@@ -81,8 +98,13 @@ def plan_change(repo, base: str, head: str, tables: Tables, *,
     stays in the plan and says why it did not run; an automatic run leaves it out with a note."""
     base_sha, head_sha = gitio.resolve(repo, base), gitio.resolve(repo, head)
     merge_base = gitio.merge_base(repo, base_sha, head_sha)
-    files = gitio.changed_files(repo, merge_base, head_sha)
-    notes: list[str] = []
+    try:
+        files = gitio.changed_files(repo, merge_base, head_sha)
+    except treepaths.UnsafePath as unsafe:  # a hostile tree: nothing of it is planned, built or run
+        return Plan(base=base_sha, head=head_sha, merge_base=merge_base, changed_files=[], areas=[],
+                    backends=[], suites=[], targets=[], recipes=[], refused=refusal(unsafe),
+                    notes=[f"Nothing of this change was run: {refusal(unsafe)}."])
+    notes: list[str] = [link_note(f) for f in files if f.mode in LINK_MODES]
 
     unknown_suites = [s for s in suites or () if s not in tables.suites]
     if unknown_suites:

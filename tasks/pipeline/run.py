@@ -15,11 +15,11 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tasks.pipeline import base, compare, durations, select, suspects
+from tasks.pipeline import base, compare, durations, select, suspects, treepaths
 from tasks.pipeline.build import Workspace, build_commit, compiled_choices
 from tasks.pipeline.gitio import GitError
 from tasks.pipeline.overlay import installed_package_dir
-from tasks.pipeline.plan import plan_change
+from tasks.pipeline.plan import plan_change, refusal
 from tasks.pipeline.pytest_plugin.etriage_pytest import BUDGET_REASON
 from tasks.pipeline.sandbox import Sandbox
 from tasks.pipeline.suites import SuiteRun, reproduce_command
@@ -69,6 +69,9 @@ def triage(options: TriageOptions, *, classify=classify_text, progress=_quiet) -
     plan = plan_change(repo, options.base, options.head, tables,
                        targets=options.targets, suites=options.suites, path_backends=options.path_backends,
                        targets_named=options.targets_named)
+    if plan.refused:
+        progress(plan.refused)
+        return _refused(plan, plan.refused, start)
     progress(f"plan: {len(plan.changed_files)} changed file(s), areas {', '.join(plan.areas) or '-'}, "
              f"backends {', '.join(plan.backends) or '-'}, suites {', '.join(plan.suites) or '-'}")
     if not plan.suites:
@@ -89,6 +92,9 @@ def triage(options: TriageOptions, *, classify=classify_text, progress=_quiet) -
                    shared_store=options.shared_store)
     try:
         return _triage_in(ws, tables, plan, options, classify, progress, start)
+    except treepaths.UnsafePath as unsafe:  # a path of either tree, met while laying or exporting it
+        progress(refusal(unsafe))
+        return _refused(plan, refusal(unsafe), start)
     finally:
         if not options.keep_run_dir:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -230,6 +236,25 @@ def _environment_failed(plan, build: BuildResult, side: str, start) -> Report:
     results = [SuiteResult(suite=name, target=target, commit=plan.head, status="not_run", reason=reason)
                for name in plan.suites for target in plan.targets]
     plan.notes.append(f"Nothing of this change was run: {reason}.")
+    return _report(plan, build, [verdict], results, start, base_cached=False)
+
+
+def _refused(plan, reason: str, start) -> Report:
+    """A tree with a path that cannot be a file name (`..`, absolute, `.git`, a control
+    character): nothing of it is written or run, and the one verdict says why. It is the
+    `environment` verdict (neutral, nothing ran), never a test's failure."""
+    failure = Failure(line=reason, line_no=0, category="import_or_env", environment=True, rule="refused",
+                      title="The change was refused: its tree holds a path that cannot be a file name",
+                      explanation="Paths from a change are data: etriage writes none that has an empty, `.`, "
+                                  "`..` or `.git` component, a leading `/`, or a control character in it.")
+    verdict = Verdict(suite="environment", test=f"head {plan.head[:12]}", target="plan", base="-",
+                      head="not_run", verdict="environment", failure=failure)
+    results = [SuiteResult(suite=name, target=target, commit=plan.head, status="not_run", reason=reason)
+               for name in plan.suites for target in plan.targets]
+    if not any(reason in note for note in plan.notes):
+        plan.notes.append(f"Nothing of this change was run: {reason}.")
+    plan.refused = reason
+    build = BuildResult(status="skipped", kind="none", commit=plan.head, reason=reason)
     return _report(plan, build, [verdict], results, start, base_cached=False)
 
 

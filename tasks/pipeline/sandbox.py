@@ -198,8 +198,7 @@ class Completed:
     limit: str = ""  # the limit the run hit, in words ("" when none is known)
 
     def tail(self, limit: int = 6000) -> str:
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return text[-limit:]
+        return tail_text(self.log_path, limit)
 
 
 # What a run that hit a limit leaves in its log or exit status, and how the report names it.
@@ -274,7 +273,24 @@ def run_logged(cmd: list[str], *, cwd: Path, env: dict[str, str], log_path: Path
     return Completed(returncode, time.monotonic() - start, log_path, limit)
 
 
+LOG_READ = 1 << 20  # characters of a log the worker reads to classify or search it (its end)
+
+
+def tail_text(path: Path, limit: int) -> str:
+    """The last `limit` characters of a run's log, read by seeking from its end: what is held is
+    bounded by `limit` (at most 4 bytes a character) whatever the file's apparent size. A run
+    writes its own log, and a sparse 2 GiB one is 8 KB on disk; its holes read as NUL, which are
+    dropped (no text store takes them)."""
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            want = min(size, 4 * limit)
+            handle.seek(size - want)
+            data = handle.read(want)
+    except FileNotFoundError:
+        return ""
+    return data.decode(errors="replace").replace("\0", "")[-limit:]
+
+
 def _tail_bytes(path: Path, size: int = 20000) -> str:
-    with open(path, "rb") as handle:
-        handle.seek(max(0, path.stat().st_size - size))
-        return handle.read().decode(errors="replace")
+    return tail_text(path, size)

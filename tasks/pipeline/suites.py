@@ -10,14 +10,15 @@ import json
 import shlex
 import sys
 import time
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tasks.pipeline.sandbox import Sandbox, run_logged
 from tasks.pipeline.tables import Suite
 from tasks.records import BuildResult, SuiteResult, TestResult
-from triage_rules.junit import read_junit
+from defusedxml import ElementTree as SafeET
+
+from triage_rules.junit import MAX_BYTES, JUnitError, read_junit
 
 TEXT_LIMIT = 12000
 PLUGIN_DIR = Path(__file__).resolve().parent / "pytest_plugin"  # etriage_pytest.py
@@ -129,7 +130,15 @@ def captured_output(junit: Path) -> dict[tuple[str, str], str]:
     engine needs them to tell an environment failure from a regression.
     """
     captured = {}
-    for case in ET.parse(junit).getroot().iter("testcase"):
+    if junit.stat().st_size > MAX_BYTES:
+        raise JUnitError(f"JUnit XML over the {MAX_BYTES >> 20} MiB that are read")
+    try:
+        root = SafeET.parse(junit, forbid_dtd=True).getroot()
+    except SafeET.ParseError as exc:
+        raise JUnitError(f"malformed JUnit XML: {exc}") from None
+    except ValueError as exc:  # defusedxml's DTDForbidden, EntitiesForbidden, ...
+        raise JUnitError(f"refused JUnit XML: {exc}") from None
+    for case in root.iter("testcase"):
         parts = [el.text or "" for el in case if el.tag in ("system-out", "system-err")]
         if any(p.strip() for p in parts):
             captured[(case.get("classname", ""), case.get("name", ""))] = "\n".join(parts)
@@ -137,9 +146,12 @@ def captured_output(junit: Path) -> dict[tuple[str, str], str]:
 
 
 def read_results(junit: Path, run: SuiteRun) -> list[TestResult]:
+    """The run's test results from its JUnit file; JUnitError when the file cannot be read (too
+    big, malformed, an entity declaration): the caller reports the suite crashed, saying why."""
     results = []
+    cases = read_junit(junit)  # first: it names a malformed file's line and column
     captured = captured_output(junit)
-    for case in read_junit(junit):
+    for case in cases:
         if run.suite.kind == "probes":  # classname "probes.<probe suite>"
             test = f"{case.classname.removeprefix('probes.')}::{case.name}"
         else:
@@ -176,8 +188,15 @@ def execute(run: SuiteRun, cmd: list[str], env: dict[str, str], junit: Path) -> 
                       sandbox=run.sandbox, python=run.python, readable=run.readable(), outputs=[junit])
     result = SuiteResult(suite=run.suite.name, target=run.target, commit=run.build.commit,
                          status="ran", command=cmd, seconds=round(time.monotonic() - start, 2))
-    tests = read_results(junit, run) if junit.is_file() and junit.stat().st_size else []
-    if not tests:
+    unreadable = ""
+    try:
+        tests = read_results(junit, run) if junit.is_file() and junit.stat().st_size else []
+    except JUnitError as error:  # the run wrote it: its problem is this suite's, never the triage's
+        tests, unreadable = [], str(error)
+    if unreadable:
+        result.status, result.reason = "crashed", f"unreadable JUnit results ({unreadable})"
+        result.log_excerpt = done.tail()
+    elif not tests:
         result.status = "crashed"
         why = "timed out" if done.returncode is None else f"exit code {done.returncode}"
         if done.limit:

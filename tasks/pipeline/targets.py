@@ -17,7 +17,7 @@ from pathlib import Path
 from tasks.pipeline import suites as suite_runner
 from tasks.pipeline.device_target import DeviceTarget
 from tasks.pipeline.native_target import HostNativeTarget
-from tasks.pipeline.sandbox import run_logged, scrubbed_env
+from tasks.pipeline.sandbox import LOG_READ, run_logged, scrubbed_env
 from tasks.pipeline.suites import SuiteRun
 from tasks.pipeline.tables import Suite, TargetSpec
 from tasks.records import SuiteResult, TestResult
@@ -147,7 +147,7 @@ class QnnSimTarget(HostTarget):
             done = run_logged(cmd, cwd=run.package_dir, env=env, log_path=work / f"{test}.log",
                               timeout=run.timeout, sandbox=run.sandbox, python=run.python,
                               readable=[*run.readable(), sdk], writable=[work / "artifacts"])
-            log = done.log_path.read_text(errors="replace")
+            log = done.tail(LOG_READ)
             outcome = "passed" if re.search(r"^OK\b", log, re.M) else "error" if done.returncode is None else "failed"
             result.tests.append(TestResult(suite=run.suite.name, test=test, target=self.name,
                                            outcome=outcome, text=log[-suite_runner.TEXT_LIMIT:],

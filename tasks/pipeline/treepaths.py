@@ -14,6 +14,7 @@ write outside its root.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 MAX_PATH = 4096  # bytes, Linux's PATH_MAX
@@ -32,6 +33,8 @@ def check(path: str) -> str:
     shown = path.encode("unicode_escape").decode()[:200]
     if any(c in path for c in FORBIDDEN_CHARS):
         raise UnsafePath(f"{shown!r}: control character in path")
+    if any("\udc80" <= c <= "\udcff" for c in path):  # gitio decodes names with surrogateescape
+        raise UnsafePath(f"{shown!r}: path is not UTF-8")
     if len(path.encode("utf-8", "surrogateescape")) > MAX_PATH:
         raise UnsafePath(f"{shown!r}: path longer than {MAX_PATH} bytes")
     if path.startswith("/"):
@@ -57,6 +60,23 @@ def inside(root: Path, path: str) -> Path:
     if parent != base and base not in parent.parents:
         raise UnsafePath(f"{path!r}: leaves {root} through a symlink")
     return parent / dest.name
+
+
+def checked_all(paths) -> list[str]:
+    """Every path of `paths` checked (the first bad one raises); for lists read from git."""
+    return [check(path) for path in paths]
+
+
+def regular_file_inside(root: Path, path: str) -> Path:
+    """root/path when it is a regular file, not a link, whose parents resolve inside root: what a
+    build or run left and the worker is about to copy out (artefact collection). A link a run made
+    there (to the app's key, to /etc/shadow) is refused, never followed."""
+    source = inside(root, path)
+    if source.is_symlink():
+        raise UnsafePath(f"{path!r}: a symbolic link (to {os.readlink(source)!r}), not a file: not copied")
+    if not source.is_file():
+        raise UnsafePath(f"{path!r}: not a regular file")
+    return source
 
 
 def replace_target(root: Path, path: str) -> Path:

@@ -1,12 +1,21 @@
 """JUnit XML for probe results, so the pipeline reads outcomes from a file, not exit codes."""
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from tasks.probes.records import ProbeResult
 
 SUITE_NAME = "etriage.probes"
+# what XML 1.0 cannot carry at all (ElementTree writes it anyway, and no parser reads it back)
+NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_text(text: str) -> str:
+    """`text` with each character XML cannot hold written as its escape (`\\x1b`): a probe's
+    message quotes the module under test, and one control byte there must not cost the file."""
+    return NOT_XML.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
 def to_junit(results: list[ProbeResult]) -> bytes:
@@ -22,12 +31,13 @@ def to_junit(results: list[ProbeResult]) -> bytes:
     )
     for r in results:
         case = ET.SubElement(
-            suite, "testcase", classname=f"probes.{r.suite}", name=r.name, file=r.module, time=f"{r.duration:.3f}"
+            suite, "testcase", classname=xml_text(f"probes.{r.suite}"), name=xml_text(r.name),
+            file=xml_text(r.module), time=f"{r.duration:.3f}"
         )
         tag = {"failed": "failure", "error": "error", "skipped": "skipped"}.get(r.outcome)
         if tag:
-            element = ET.SubElement(case, tag, message=r.message)
-            element.text = r.diagnosis
+            element = ET.SubElement(case, tag, message=xml_text(r.message))
+            element.text = xml_text(r.diagnosis)
     return ET.tostring(suite, encoding="utf-8", xml_declaration=True)
 
 
