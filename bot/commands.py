@@ -19,10 +19,10 @@ targets are now allowed for this head: see `devices_allowed`).
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 from typing import Any
 
+from bot import md
 from bot.command_grammar import (USAGE, Command, CommandError, is_bot, login_stem, new_commands,
                                  parse, shown)
 from bot.repo_config import PATH, RepoConfig
@@ -248,19 +248,20 @@ def help_text(config: RepoConfig) -> str:
 
 
 def _explanation(failure: dict) -> str:
+    """A stored failure (its text came from a run or a log) as markdown, through bot.md."""
     title = failure.get("title") or failure.get("category") or "failure"
-    head = f"**{title}** (category `{failure.get('category') or 'other'}`)"
+    head = f"**{md.text(title, 120)}** (category {md.code(failure.get('category') or 'other', 60)})"
     if failure.get("test"):
-        head += f" in `{failure['test']}`"
+        head += f" in {md.code(failure['test'])}"
     parts = [head]
     if failure.get("line"):
-        parts.append(_fenced(failure["line"]))
+        parts.append(md.block(failure["line"], limit=2000, keep="head"))
     if failure.get("explanation"):
-        parts.append(failure["explanation"])
+        parts.append(md.prose(failure["explanation"]))
     if failure.get("suggestion"):
-        parts.append(f"**What to do:** {failure['suggestion']}")
+        parts.append(f"**What to do:** {md.prose(failure['suggestion'])}")
     if failure.get("reproduce"):
-        parts.append("**Reproduce:**\n" + _fenced(failure["reproduce"], "sh"))
+        parts.append("**Reproduce:**\n" + md.block(failure["reproduce"], info="sh", limit=2000, keep="head"))
     return "\n\n".join(parts)
 
 
@@ -272,13 +273,6 @@ def _reply(author: str, outcomes: list[Outcome]) -> str:
         parts.append(f"@{author} " + ("this command was" if len(problems) == 1 else "these commands were")
                      + " not run:\n" + "\n".join(f"- {problem}" for problem in problems))
     return "\n\n".join(parts + answers)
-
-
-def _fenced(text: str, info: str = "") -> str:
-    """A code block that the text cannot close, whatever backticks it holds."""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}{info}\n{text}\n{fence}"
 
 
 def _names(names) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import redis
 
-from bot import commands
+from bot import commands, md
 from bot.commands import code_may_run
 from bot.github_client import (Annotation, GitHubClient, GitHubConfig, GitHubError,
                                redis_lock)
@@ -293,7 +293,8 @@ def triage_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
         ctx.checkpoint(repo, pr, head_sha)
         record_report(ctx, repo, head_sha, report)
         notes += trunk_notes(History(ctx.store), report, ctx.options.public_url)
-        payload = report_payload(head_sha, report, notes, ctx.store.ignored_failures(repo, pr))
+        payload = report_payload(head_sha, report, notes, ctx.store.ignored_failures(repo, pr),
+                                 links=_links(ctx))
     add_config_check(payload, config_change_check(gh, repo, pr, head_sha))
     publish(ctx, repo, pr, installation_id, payload)
     if not problem:  # the dashboard's history, after the comment: it never holds the comment up
@@ -399,11 +400,11 @@ def _checkout_problem(repo: str, checkout, shas: list[str]) -> str | None:
 
 
 def environment_payload(head_sha: str, problem: str, notes=(), *, title: str | None = None) -> PublishPayload:
-    section = "\n".join([f"### {SECTION_TITLES['pr']}", *(f"> {n}\n" for n in notes),
-                         "🛠️ **Environment problem — not caused by this change.**", problem])
+    section = "\n".join([f"### {SECTION_TITLES['pr']}", *(f"> {md.prose(n)}\n" for n in notes),
+                         "🛠️ **Environment problem — not caused by this change.**", md.prose(problem, 2000)])
     return PublishPayload(kind="pr", head_sha=head_sha, section=section,
                           counts={"environment": 1}, check_conclusion="neutral",
-                          check_title=title or "Environment problem", check_summary=problem)
+                          check_title=title or "Environment problem", check_summary=md.prose(problem, 2000))
 
 
 def run_pipeline(ctx: WorkerContext, checkout: Path, base: str, head: str, *, suites, targets,
@@ -441,9 +442,16 @@ def record_verdicts(ctx: WorkerContext, repo: str, head_sha: str, verdicts, *, s
                                   {v.fingerprint: v.verdict for v in mine})
 
 
-def report_payload(head_sha: str, report: Report, notes=(), ignored: dict[str, str] | None = None) -> PublishPayload:
+def _links(ctx: WorkerContext) -> tuple[str, ...]:
+    """The addresses a note may link to: the bot's own dashboard (trunk clusters), nothing else."""
+    return (ctx.options.public_url,) if ctx.options.public_url else ()
+
+
+def report_payload(head_sha: str, report: Report, notes=(), ignored: dict[str, str] | None = None,
+                   *, links: tuple[str, ...] = ()) -> PublishPayload:
     """The `pr` section, check run and labels of a finished run. The stored report is the one
-    before the ignores: rendering it again after another `/etriage ignore` starts from it."""
+    before the ignores: rendering it again after another `/etriage ignore` starts from it.
+    Notes are sentences of ours with run text in them: rendered by md.prose, linking only `links`."""
     whole = dump(report)
     counts = compare.apply_ignores(report.results, ignored or {})
     report.summary = counts | {"not_run": report.summary.get("not_run", 0)}
@@ -463,8 +471,8 @@ def report_payload(head_sha: str, report: Report, notes=(), ignored: dict[str, s
     section = to_markdown(report, section_title=SECTION_TITLES["pr"])
     if notes:
         first, _, rest = section.partition("\n")
-        section = "\n".join([first, *(f"> {n}\n" for n in notes), rest])
-    summary = "\n\n".join([headline(report), *notes])
+        section = "\n".join([first, *(f"> {md.prose(n, links=links)}\n" for n in notes), rest])
+    summary = "\n\n".join([headline(report), *(md.prose(n, links=links) for n in notes)])
     return PublishPayload(kind="pr", head_sha=head_sha, section=section,
                           blame_categories=sorted({v.category for v in new}),
                           counts={k: n for k in COUNTED if (n := report.summary.get(k, 0))},
@@ -482,9 +490,9 @@ def ci_payload(report: CiReport, ignored: dict[str, str] | None = None) -> Publi
 
 
 PAYLOADS = {  # kind -> (its stored record, how it is published): `republish` renders either again
-    "pr": (Report, lambda record, run, ignored: report_payload(record.head, record, run["report"].get("notes", ()),
-                                                               ignored)),
-    "ci": (CiReport, lambda record, run, ignored: ci_payload(record, ignored)),
+    "pr": (Report, lambda record, run, ignored, links: report_payload(
+        record.head, record, run["report"].get("notes", ()), ignored, links=links)),
+    "ci": (CiReport, lambda record, run, ignored, links: ci_payload(record, ignored)),
 }
 
 
@@ -501,7 +509,7 @@ def republish(ctx: WorkerContext, repo: str, pr: int, installation_id: int | Non
         whole = ((run or {}).get("report") or {}).get("full")
         if not whole:
             continue
-        payload = make_payload(record_type.from_dict(whole), run, ignored)
+        payload = make_payload(record_type.from_dict(whole), run, ignored, _links(ctx))
         if kind == "pr":
             add_config_check(payload, config_change_check(gh, repo, pr, head_sha))
         publish(ctx, repo, pr, installation_id, payload)
