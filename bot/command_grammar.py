@@ -8,7 +8,7 @@ A command is a line that starts with `/etriage` or a mention of the bot (`@etria
     /etriage explain <failure>                     anyone (number in the summary, test id, fingerprint)
     /etriage label <name>...                       write access, names from the label allow-list
     /etriage ignore <failure> --reason "..."       write access
-    /etriage ok-to-test                            write access: device runs for the current head
+    /etriage ok-to-test [<sha>]                    write access: the head when written (or the one named)
     /etriage help                                  anyone
 
 Arguments are split like a shell would (quotes group words) but nothing from a comment ever
@@ -36,7 +36,7 @@ USAGE = {
     "explain": "explain <failure>",
     "label": "label <name>...",
     "ignore": 'ignore <failure> --reason "..."',
-    "ok-to-test": "ok-to-test",
+    "ok-to-test": "ok-to-test [<sha>]",
     "help": "help",
 }
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
@@ -53,6 +53,7 @@ class Command:
     labels: tuple[str, ...] = ()  # label
     reason: str = ""  # ignore
     all_tests: bool = False  # run selected --all: every relevant test, not only the budget's
+    sha: str = ""  # ok-to-test <sha>: the head the maintainer reviewed (7 to 40 hex digits)
 
 
 class CommandError(Exception):
@@ -256,6 +257,14 @@ def _ignore(line: str, args: list[str]) -> Command:
     return Command("ignore", line, failure=words[0], reason=reason)
 
 
+def _ok_to_test(line: str, args: list[str]) -> Command:
+    words, _ = _options(line, "ok-to-test", args, {})
+    _expect(line, "ok-to-test", words, 0, 1)
+    if words and not re.fullmatch(r"[0-9a-fA-F]{7,40}", words[0]):
+        raise CommandError(line, f"ok-to-test: {shown(words[0])} is not a commit sha (7 to 40 hex digits)")
+    return Command("ok-to-test", line, sha=words[0].lower() if words else "")
+
+
 def _no_arguments(verb: str):
     def parse_verb(line: str, args: list[str]) -> Command:
         if args:
@@ -265,7 +274,7 @@ def _no_arguments(verb: str):
 
 
 _GRAMMAR = {"rerun": _rerun, "run": _run, "explain": _explain, "label": _label, "ignore": _ignore,
-            "ok-to-test": _no_arguments("ok-to-test"), "help": _no_arguments("help")}
+            "ok-to-test": _ok_to_test, "help": _no_arguments("help")}
 
 
 def shown(text: str, limit: int = 60) -> str:

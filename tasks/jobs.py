@@ -59,10 +59,11 @@ def _task(name: str):
 
 @_task(queues.TRIAGE_PR)
 def triage_pr(ctx, repo, pr, head_sha, base_ref, installation_id, *, reason, targets=None,
-              suites=None):
+              suites=None, pushed_at=None):
     """Entry: is this still the head? Then a queued check run, and the suites on their queue."""
     force = not reason.startswith("pull_request.")  # rerun, run, ok-to-test: run again
-    service.queue_pull_request(ctx, repo, pr, head_sha, installation_id, reason=reason, fresh=force)
+    service.queue_pull_request(ctx, repo, pr, head_sha, installation_id, reason=reason, fresh=force,
+                               pushed_at=pushed_at)
     # None (automatic) stays None: the run chooses its targets (devices need approval).
     queue = queues.target_queue((list(targets or ctx.options.targets) or ["host"])[0])
     run_suites.apply_async(args=[repo, pr, head_sha, installation_id],
@@ -101,10 +102,10 @@ def ci_completed(ctx, repo, head_sha, installation_id, *, run_id=None, job_id=No
 
 @_task(queues.COMMENT)
 def comment(ctx, repo, pr, comment_id, installation_id, *, author, author_type, body,
-            previous_body, action):
+            previous_body, action, written_at=None):
     outcomes = service.handle_comment(ctx, repo, pr, comment_id, installation_id, author=author,
                                       author_type=author_type, body=body,
-                                      previous_body=previous_body, action=action)
+                                      previous_body=previous_body, action=action, written_at=written_at)
     return [str(o) for o in outcomes]
 
 

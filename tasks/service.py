@@ -216,9 +216,14 @@ def expire_runs(ctx: WorkerContext) -> int:
 # ---- pull request triage ------------------------------------------------------------------
 def queue_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
                        installation_id: int | None, *, reason: str,
-                       fresh: bool = False) -> tuple[dict, int, int]:
+                       fresh: bool = False, pushed_at: str | None = None) -> tuple[dict, int, int]:
     """Entry check and a queued check run: (pull, run id, check run id). Idempotent; `fresh`
-    (a rerun command) starts a new check run when the previous one already completed."""
+    (a rerun command) starts a new check run when the previous one already completed.
+    `pushed_at` (a pull_request delivery's): when GitHub made `head_sha` the head, recorded
+    first, superseded or not, for `/etriage ok-to-test` (bot.commands)."""
+    moment = commands.github_time(pushed_at)
+    if moment is not None:
+        ctx.store.record_head(repo, pr, head_sha, moment)
     gh = ctx.github(installation_id)
     pull = gh.pull(repo, pr)
     if pull["head_sha"] != head_sha:
@@ -546,14 +551,24 @@ def fail_run(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
 # ---- slash commands -----------------------------------------------------------------------
 def handle_comment(ctx: WorkerContext, repo: str, pr: int, comment_id: int,
                    installation_id: int | None, **comment) -> list:
-    """Run the comment's /etriage commands (bot.commands) with this worker's clients."""
+    """Run the comment's /etriage commands (bot.commands) with this worker's clients, once per
+    comment id and edit: the same signed body replayed under a new delivery id runs nothing."""
 
-    gh = ctx.github(installation_id)
-    context = commands.CommandContext(github=gh, store=ctx.store, enqueue=Publisher(get_app(), ctx.settings.redis_url),
-                                      repo_config=ctx.repo_config(gh, repo),
-                                      bot_login=ctx.settings.bot_login,
-                                      installation_id=installation_id)
-    outcomes = commands.handle_comment(context, repo=repo, pr=pr, comment_id=comment_id, **comment)
+    stamp = commands.comment_stamp(comment.get("action", ""), comment.get("written_at"), comment.get("body", ""))
+    if not ctx.store.claim_comment(repo, comment_id, stamp):
+        log.info("%s#%d: comment %s (%s) already ran; a replay runs nothing", repo, pr, comment_id, stamp[:40])
+        return []
+    try:
+        gh = ctx.github(installation_id)
+        context = commands.CommandContext(github=gh, store=ctx.store,
+                                          enqueue=Publisher(get_app(), ctx.settings.redis_url),
+                                          repo_config=ctx.repo_config(gh, repo),
+                                          bot_login=ctx.settings.bot_login,
+                                          installation_id=installation_id)
+        outcomes = commands.handle_comment(context, repo=repo, pr=pr, comment_id=comment_id, **comment)
+    except BaseException:  # GitHub or Redis trouble: the task's retry must find the comment unclaimed
+        ctx.store.release_comment(repo, comment_id, stamp)
+        raise
     if any(o.verb == "ignore" and o.status == "accepted" for o in outcomes):
         republish(ctx, repo, pr, installation_id)
     return outcomes

@@ -10,6 +10,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -206,13 +207,23 @@ def fixture_json(shared_dir: Path, *parts: str) -> dict:
     return json.loads(shared_dir.joinpath("fixtures", "github", "webhooks", *parts).read_text())
 
 
+def github_time(seconds_from_now: float = 0.0) -> str:
+    """A GitHub timestamp (UTC, whole seconds) `seconds_from_now` from now (negative: before)."""
+    moment = datetime.now(timezone.utc) + timedelta(seconds=seconds_from_now)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 @pytest.fixture
 def payloads(shared_dir):
-    def pull_request(action: str, head: str, base: str) -> dict:
+    """Real webhook payloads with the test's values. Their times are GitHub's for the moment:
+    a push stamped a minute before now unless `at` says when, a comment stamped now."""
+
+    def pull_request(action: str, head: str, base: str, *, at: str | None = None) -> dict:
         payload = fixture_json(shared_dir, "pull_request", "opened.json")
         payload["action"] = action
         payload["pull_request"]["head"]["sha"] = head
         payload["pull_request"]["base"]["sha"] = base
+        payload["pull_request"]["updated_at"] = at or github_time(-60)
         return payload
 
     def workflow_run(run_id: int, head: str) -> dict:
@@ -222,11 +233,12 @@ def payloads(shared_dir):
         payload["installation"] = {"id": INSTALLATION}
         return payload
 
-    def issue_comment(comment_id: int, author: str, body: str) -> dict:
+    def issue_comment(comment_id: int, author: str, body: str, *, at: str | None = None) -> dict:
         payload = fixture_json(shared_dir, "issue_comment", "created.with-installation.json")
         payload["issue"]["number"] = PR
         payload["issue"]["pull_request"] = {"url": f"https://api.github.com/repos/{REPO}/pulls/{PR}"}
-        payload["comment"].update(id=comment_id, body=body)
+        written = at or github_time()
+        payload["comment"].update(id=comment_id, body=body, created_at=written, updated_at=written)
         payload["comment"]["user"].update(login=author, type="User")
         return payload
 
