@@ -302,11 +302,13 @@ class Store:
 
     def claim_comment(self, repo: str, comment_id: int, stamp: str) -> bool:
         """True the first time this comment id and edit (`stamp`) is claimed, False ever after."""
-        t = self.t["comment_runs"]
-        with self.engine.begin() as conn:
-            done = self._upsert(conn, t, dict(repo=repo, comment_id=str(comment_id), stamp=stamp[:120], at=_now()),
-                                ("repo", "comment_id", "stamp"), update=())
-            return done.rowcount == 1
+        try:  # the primary key decides, in one statement, between concurrent workers too
+            with self.engine.begin() as conn:
+                conn.execute(self.t["comment_runs"].insert().values(
+                    repo=repo, comment_id=str(comment_id), stamp=stamp[:120], at=_now()))
+            return True
+        except IntegrityError:
+            return False
 
     def release_comment(self, repo: str, comment_id: int, stamp: str) -> None:
         """Undo `claim_comment`: its commands did not get to run (the task is retried)."""

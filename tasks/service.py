@@ -131,6 +131,24 @@ class WorkerContext:
             raise Superseded(f"{repo}#{pr} moved from {head_sha[:12]} to {latest[:12]}")
 
 
+def installed(ctx: WorkerContext, repo: str, installation_id: int | None) -> bool:
+    """Is the App installed where this delivery says? Its installation must be known to the store
+    (an `installation` delivery recorded it), not deleted or suspended, and belong to the
+    repository's owner. A delivery without an installation (a repository webhook, a personal
+    token) has none to check."""
+    if installation_id is None:
+        return True
+    known = ctx.store.installation(installation_id)
+    if known is None or known["action"] in ("deleted", "suspend"):
+        log.warning("%s: installation %s is not known to the store (or was removed): dropped", repo, installation_id)
+        return False
+    if (known["account"] or "").lower() != repo.partition("/")[0].lower():
+        log.warning("%s: installation %s belongs to %s, not this repository's owner: dropped",
+                    repo, installation_id, known["account"])
+        return False
+    return True
+
+
 # ---- publishing ---------------------------------------------------------------------------
 def publish(ctx: WorkerContext, repo: str, pr: int, installation_id: int | None,
             payload: PublishPayload) -> None:

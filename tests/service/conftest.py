@@ -197,6 +197,11 @@ def web(service_env, double, checkout, hosting, clean_redis):
                     files=[("docs/usage.md", "modified")])
     # The PR's author may write here, so its code runs; tests of outside contributors say "read".
     double.set_permission(REPO, "Codertocat", "write")
+    from bot.store import Store  # the App is installed on REPO's owner (what an installation delivery records)
+
+    installations = Store(service_env["DATABASE_URL"])
+    installations.record_installation(INSTALLATION, REPO.split("/")[0], "created")
+    installations.close()
     yield Service(f"http://127.0.0.1:{server.server_port}/webhook", service_env, settings,
                   double, clean_redis, base, head, repo_dir)
     server.shutdown()

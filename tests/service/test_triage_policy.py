@@ -171,3 +171,20 @@ def test_a_push_while_ok_to_test_waits_on_github_is_not_approved(web, workers, p
     assert web.post("issue_comment", comment, delivery=str(uuid.uuid4())).status_code == 202
     double.wait_for(lambda: "already ran; a replay runs nothing" in worker.log_path.read_text(), 60, "the replay")
     assert len(reply()) == 1 and len([a for a in store.audit_log(REPO, PR) if a["command"] == "/etriage ok-to-test"]) == 1
+
+
+@pytest.mark.parametrize("installation, why", [
+    (999, "installation 999 is not known to the store"),
+    (1, "installation 1 belongs to someone-else, not this repository's owner"),
+])
+def test_a_delivery_for_an_installation_the_store_does_not_know_is_acknowledged_and_dropped(
+        web, workers, payloads, installation, why):
+    double, store = web.double, web.store()
+    store.record_installation(1, "someone-else", "created") if installation == 1 else None
+    worker = workers()
+    payload = payloads.pull_request("opened", web.head, web.base)
+    payload["installation"] = {"id": installation}
+    assert web.post("pull_request", payload).status_code == 202  # acknowledged
+    double.wait_for(lambda: why in worker.log_path.read_text(), 60, "the worker's refusal")
+    assert double.check_runs_for(REPO, web.head) == [] and double.comments_on(REPO, PR) == []
+    assert not double.requests_to("POST", r"/access_tokens$")  # not even a token was asked for
