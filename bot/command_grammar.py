@@ -1,14 +1,17 @@
 """The grammar of slash commands: which lines of a comment are commands and what they say.
 
 A command is a line that starts with `/etriage` or a mention of the bot (`@etriage` or
-`@etriage[bot]`), outside fenced (``` / ~~~) and indented code and block quotes:
+`@etriage[bot]`), outside what GitHub does not show as text: fenced (``` / ~~~) and indented
+code, code spans running over lines, block quotes, HTML comments and `<pre>` and `<code>`
+elements (a hidden `<!-- /etriage ok-to-test -->` is never a command; GFM's tag filter shows
+`<textarea>` and `<script>` as text, so a command there is one):
 
     /etriage rerun [failed|all] [--target T]...     write access
     /etriage run <suite> [on <target>] [--all]     write access (--all: suite `selected`, no budget)
     /etriage explain <failure>                     anyone (number in the summary, test id, fingerprint)
     /etriage label <name>...                       write access, names from the label allow-list
     /etriage ignore <failure> --reason "..."       write access
-    /etriage ok-to-test                            write access: device runs for the current head
+    /etriage ok-to-test [<sha>]                    write access: the head when written (or the one named)
     /etriage help                                  anyone
 
 Arguments are split like a shell would (quotes group words) but nothing from a comment ever
@@ -36,10 +39,18 @@ USAGE = {
     "explain": "explain <failure>",
     "label": "label <name>...",
     "ignore": 'ignore <failure> --reason "..."',
-    "ok-to-test": "ok-to-test",
+    "ok-to-test": "ok-to-test [<sha>]",
     "help": "help",
 }
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+# What renders as no text or as code: blanked (newlines kept) before lines are read. Unclosed,
+# it runs to the end, as GitHub renders an unclosed comment or <pre>.
+_HIDDEN = re.compile(r"<!--.*?(?:-->|\Z)|<(pre|code)\b[^>]*>.*?(?:</\1\s*>|\Z)",
+                     re.IGNORECASE | re.DOTALL)
+
+
+def _blank(match: re.Match) -> str:
+    return re.sub(r"[^\n]", " ", match.group(0))
 
 
 @dataclass(frozen=True)
@@ -53,6 +64,7 @@ class Command:
     labels: tuple[str, ...] = ()  # label
     reason: str = ""  # ignore
     all_tests: bool = False  # run selected --all: every relevant test, not only the budget's
+    sha: str = ""  # ok-to-test <sha>: the head the maintainer reviewed (7 to 40 hex digits)
 
 
 class CommandError(Exception):
@@ -127,23 +139,40 @@ def _parse_all(body: str, bot_login: str) -> list[Command | CommandError]:
 
 def _command_lines(body: str, prefixes: set[str]):
     """(the text after the prefix, the whole line) of each command line outside code and quotes."""
-    fence = ""
-    for raw in body.splitlines():
+    fence, span = "", 0  # span: the length of a backtick run opening a code span on an earlier line
+    for raw in _HIDDEN.sub(_blank, body).splitlines():
         opener = _FENCE.match(raw)
         if fence:
             if opener and opener.group(1)[0] == fence[0] and len(opener.group(1)) >= len(fence) \
                     and not raw.strip().strip(fence[0]):
                 fence = ""
             continue
-        if opener:
+        if opener and not span:
             fence = opener.group(1)
             continue
+        if not raw.strip():
+            span = 0  # a blank line ends the paragraph, and any code span with it
+            continue
+        inside, span = span, _open_span(raw, span)
+        if inside:
+            continue  # the line starts inside a code span opened above
         if len(raw.expandtabs(4)) - len(raw.expandtabs(4).lstrip(" ")) >= 4:
             continue  # indented code block
         line = "".join(" " if ch.isspace() else ch for ch in raw).strip()  # NBSP & co. too
         first, _, rest = line.partition(" ")
         if first.lower() in prefixes:
             yield rest.strip(), " ".join(line.split())
+
+
+def _open_span(line: str, span: int) -> int:
+    """The code span still open after `line` (the length of its backtick run; 0: none), given
+    the one open before it. A run closes an open span of its length, else opens one."""
+    for run in re.findall(r"`+", line):
+        if not span:
+            span = len(run)
+        elif len(run) == span:
+            span = 0
+    return span
 
 
 def _parse_line(rest: str, line: str) -> Command | CommandError:
@@ -256,6 +285,14 @@ def _ignore(line: str, args: list[str]) -> Command:
     return Command("ignore", line, failure=words[0], reason=reason)
 
 
+def _ok_to_test(line: str, args: list[str]) -> Command:
+    words, _ = _options(line, "ok-to-test", args, {})
+    _expect(line, "ok-to-test", words, 0, 1)
+    if words and not re.fullmatch(r"[0-9a-fA-F]{7,40}", words[0]):
+        raise CommandError(line, f"ok-to-test: {shown(words[0])} is not a commit sha (7 to 40 hex digits)")
+    return Command("ok-to-test", line, sha=words[0].lower() if words else "")
+
+
 def _no_arguments(verb: str):
     def parse_verb(line: str, args: list[str]) -> Command:
         if args:
@@ -265,7 +302,7 @@ def _no_arguments(verb: str):
 
 
 _GRAMMAR = {"rerun": _rerun, "run": _run, "explain": _explain, "label": _label, "ignore": _ignore,
-            "ok-to-test": _no_arguments("ok-to-test"), "help": _no_arguments("help")}
+            "ok-to-test": _ok_to_test, "help": _no_arguments("help")}
 
 
 def shown(text: str, limit: int = 60) -> str:

@@ -12,17 +12,26 @@ pull request whose author lacks write access and is not in `triage.trusted` runs
 probe, no build, on any target) until a maintainer says `/etriage ok-to-test`; the approval is
 stored per head sha, so the next push ends it. Device targets need the same.
 
+Which head an ok-to-test approves: the one it names (`/etriage ok-to-test <sha>`, which must be
+the current head), else the head that was there when the comment was written: the latest head
+GitHub made the head strictly before the comment's time (both GitHub's clock: the pull_request
+webhook's `updated_at`, recorded per head by the worker, and the comment's `created_at`, or
+`updated_at` for an edit). Never a later head: a push after the comment, even while the command
+waits on GitHub, needs a new approval, and the reply says which head was approved.
+
 What the worker reads from `triage_pr(..., reason=...)`: "rerun:failed" (re-run only the tests
 that failed for this head), "rerun:all", "run" (with suites=[suite]), "ok-to-test" (device
 targets are now allowed for this head: see `devices_allowed`).
 """
 from __future__ import annotations
 
+import hashlib
 import logging
-import re
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
+from bot import md
 from bot.command_grammar import (USAGE, Command, CommandError, is_bot, login_stem, new_commands,
                                  parse, shown)
 from bot.repo_config import PATH, RepoConfig
@@ -37,12 +46,31 @@ DESCRIPTIONS = {
     "explain": "explain a failure: its number in the summary, its test id or a fingerprint prefix",
     "label": "add labels from this repository's allow-list",
     "ignore": "mark a failure as known flaky or unrelated on this pull request",
-    "ok-to-test": "let etriage run this pull request's code (tests, probes, builds; devices) at its current head",
+    "ok-to-test": "let etriage run this pull request's code (tests, probes, builds; devices) at the head you "
+                  "reviewed: the one there when you wrote the comment, or the one you name",
     "help": "this list",
 }
 
-__all__ = ["Command", "CommandContext", "CommandError", "Outcome", "code_may_run", "devices_allowed",
-           "handle_comment", "help_text", "is_bot", "login_stem", "new_commands", "parse"]
+__all__ = ["Command", "CommandContext", "CommandError", "Outcome", "code_may_run", "comment_stamp",
+           "devices_allowed", "github_time", "handle_comment", "help_text", "is_bot", "login_stem",
+           "new_commands", "parse"]
+
+
+def github_time(value: str | None) -> datetime | None:
+    """GitHub's ISO 8601 stamp ("2019-05-15T15:20:33Z") as an aware datetime; None if absent or bad."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def comment_stamp(action: str, written_at: str | None, body: str) -> str:
+    """What makes one run of a comment's commands: the comment's edit (its time) and its body.
+    A delivery replayed under a new id has the same stamp; a real edit has a new one."""
+    return f"{action}:{written_at or '-'}:{hashlib.sha256((body or '').encode()).hexdigest()[:24]}"
 
 
 @dataclass
@@ -70,7 +98,7 @@ class Refused(Exception):
 
 def handle_comment(ctx: CommandContext, *, repo: str, pr: int, comment_id: int, author: str,
                    author_type: str | None, body: str, previous_body: str | None,
-                   action: str) -> list[Outcome]:
+                   action: str, written_at: str | None = None) -> list[Outcome]:
     if is_bot(author, author_type, ctx.bot_login) or action not in ("created", "edited"):
         return []
     if ctx.repo_config.commands is None:
@@ -81,7 +109,7 @@ def handle_comment(ctx: CommandContext, *, repo: str, pr: int, comment_id: int, 
         items = parse(body, ctx.bot_login)
     if not items:
         return []
-    session = _Session(ctx, repo, pr, author)
+    session = _Session(ctx, repo, pr, author, written_at=github_time(written_at))
     outcomes = [session.run(item) for item in items]
     for outcome in outcomes:
         ctx.store.audit(repo, pr, author, outcome.line or "(comment)", f"{outcome.status}: {outcome.detail}")
@@ -111,8 +139,9 @@ def code_may_run(github, store, repo: str, pr: int, *, head_sha: str, pr_author:
 class _Session:
     """The commands of one comment: permission and pull request looked up at most once."""
 
-    def __init__(self, ctx: CommandContext, repo: str, pr: int, author: str):
+    def __init__(self, ctx: CommandContext, repo: str, pr: int, author: str, *, written_at: datetime | None = None):
         self.ctx, self.repo, self.pr, self.author = ctx, repo, pr, author
+        self.written_at = written_at  # when the comment (or its edit) was written, GitHub's clock
         self.config = ctx.repo_config
         self._permissions: dict[str, str] = {}
         self._pull: dict | None = None
@@ -189,15 +218,41 @@ class _Session:
         return Outcome(command.line, "ignore", "accepted", f"ignored {key}: {command.reason}")
 
     def do_ok_to_test(self, command: Command) -> Outcome:
-        head_sha = self.pull["head_sha"]
+        head_sha = self.pull["head_sha"]  # read after the permission lookup: the head now
+        if command.sha:
+            if not head_sha.startswith(command.sha):
+                raise Refused(f"{shown(command.sha)} is not this pull request's head (it is now "
+                              f"`{head_sha[:12]}`); nothing was approved")
+            approved, which = head_sha, "the head you named"
+        else:
+            approved, which = self._head_when_written(), "the head when you wrote this"
+            if approved is None:
+                raise Refused("etriage cannot tell which head was there when you wrote this; review the "
+                              f"current head and name it: `/etriage ok-to-test {head_sha[:12]}`")
         # one approval per head: it lets the code run, and lets it run on devices
-        self.ctx.store.approve_for_devices(self.repo, self.pr, head_sha, self.author)
+        self.ctx.store.approve_for_devices(self.repo, self.pr, approved, self.author)
+        if approved != head_sha:  # pushed after the comment: that head is not approved
+            reply = (f"Approved `{approved[:12]}`, {which}. The pull request has moved to "
+                     f"`{head_sha[:12]}` since, which is not approved: review it, then "
+                     f"`/etriage ok-to-test {head_sha[:12]}`.")
+            return Outcome(command.line, "ok-to-test", "accepted",
+                           f"approved {approved[:12]}; the head moved to {head_sha[:12]}", reply)
+        reply = (f"Approved `{approved[:12]}` ({which}) to run; a push after it needs a new "
+                 "`/etriage ok-to-test`.")
         if self.config.triage is None:
             return Outcome(command.line, "ok-to-test", "accepted",
-                           f"approved {head_sha[:12]}; triage is not enabled here")
+                           f"approved {approved[:12]}; triage is not enabled here", reply)
         self._triage(reason="ok-to-test")
         devices = "" if self.config.device_targets() else "; device runs are not enabled here"
-        return Outcome(command.line, "ok-to-test", "accepted", f"approved {head_sha[:12]} to run{devices}")
+        return Outcome(command.line, "ok-to-test", "accepted", f"approved {approved[:12]} to run{devices}", reply)
+
+    def _head_when_written(self) -> str | None:
+        """The head GitHub made the head last before the comment was written (strictly: a push
+        in the same second is not taken as seen), or None when that cannot be told."""
+        if self.written_at is None:
+            return None
+        before = [sha for sha, pushed_at in self.ctx.store.heads(self.repo, self.pr) if pushed_at < self.written_at]
+        return before[-1] if before else None
 
     # ---- shared checks ---------------------------------------------------------------------
     def _triage(self, *, reason: str, suites: list[str] | None = None, targets: list[str] | None = None) -> None:
@@ -248,37 +303,31 @@ def help_text(config: RepoConfig) -> str:
 
 
 def _explanation(failure: dict) -> str:
+    """A stored failure (its text came from a run or a log) as markdown, through bot.md."""
     title = failure.get("title") or failure.get("category") or "failure"
-    head = f"**{title}** (category `{failure.get('category') or 'other'}`)"
+    head = f"**{md.text(title, 120)}** (category {md.code(failure.get('category') or 'other', 60)})"
     if failure.get("test"):
-        head += f" in `{failure['test']}`"
+        head += f" in {md.code(failure['test'])}"
     parts = [head]
     if failure.get("line"):
-        parts.append(_fenced(failure["line"]))
+        parts.append(md.block(failure["line"], limit=2000, keep="head"))
     if failure.get("explanation"):
-        parts.append(failure["explanation"])
+        parts.append(md.prose(failure["explanation"]))
     if failure.get("suggestion"):
-        parts.append(f"**What to do:** {failure['suggestion']}")
+        parts.append(f"**What to do:** {md.prose(failure['suggestion'])}")
     if failure.get("reproduce"):
-        parts.append("**Reproduce:**\n" + _fenced(failure["reproduce"], "sh"))
+        parts.append("**Reproduce:**\n" + md.block(failure["reproduce"], info="sh", limit=2000, keep="head"))
     return "\n\n".join(parts)
 
 
 def _reply(author: str, outcomes: list[Outcome]) -> str:
     problems = [o.reply for o in outcomes if o.status in ("refused", "invalid", "failed")]
-    answers = list(dict.fromkeys(o.reply for o in outcomes if o.status == "answered"))
+    answers = list(dict.fromkeys(o.reply for o in outcomes if o.status in ("answered", "accepted") and o.reply))
     parts = []
     if problems:
         parts.append(f"@{author} " + ("this command was" if len(problems) == 1 else "these commands were")
                      + " not run:\n" + "\n".join(f"- {problem}" for problem in problems))
     return "\n\n".join(parts + answers)
-
-
-def _fenced(text: str, info: str = "") -> str:
-    """A code block that the text cannot close, whatever backticks it holds."""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}{info}\n{text}\n{fence}"
 
 
 def _names(names) -> str:

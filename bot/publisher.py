@@ -151,13 +151,14 @@ class Publisher:
         return task_id, previous[0].decode(), previous[1].decode()
 
     def triage_pr(self, repo: str, pr: int, head_sha: str, base_ref: str, installation_id: int | None, *,
-                  reason: str, targets=None, suites=None, claim: Claim | None = None) -> str:
+                  reason: str, targets=None, suites=None, pushed_at: str | None = None,
+                  claim: Claim | None = None) -> str:
         """Record the new head, queue its triage and remember the task, in one round trip; revoke
         the superseded head's task, if any (it would stop at its first checkpoint anyway: the
         head moved)."""
         task_id, previous_head, previous_task = self._publish(
             queues.TRIAGE_PR, [repo, pr, head_sha, base_ref, installation_id],
-            {"reason": reason, "targets": targets, "suites": suites}, "triage", claim,
+            {"reason": reason, "targets": targets, "suites": suites, "pushed_at": pushed_at}, "triage", claim,
             head=(queues.head_key(repo, pr), head_sha), task_key=queues.task_key(repo, pr))
         if previous_task and previous_head and previous_head != head_sha:
             try:
@@ -178,10 +179,11 @@ class Publisher:
 
     def comment(self, repo: str, pr: int, comment_id: int, installation_id: int | None, *, author: str,
                 author_type: str, body: str, previous_body: str | None, action: str,
-                claim: Claim | None = None) -> str:
+                written_at: str | None = None, claim: Claim | None = None) -> str:
         return self._publish(queues.COMMENT, [repo, pr, comment_id, installation_id],
                              {"author": author, "author_type": author_type, "body": body,
-                              "previous_body": previous_body, "action": action}, "triage", claim)[0]
+                              "previous_body": previous_body, "action": action, "written_at": written_at},
+                             "triage", claim)[0]
 
     def warm_environment(self, repo: str, branch: str, sha: str, installation_id: int | None, *,
                          claim: Claim | None = None) -> str:

@@ -15,6 +15,10 @@ The webhook does the side effects. Decisions worth knowing:
   that commit's environment on the `build` queue, so a PR opened on it starts warm.
 - Comments are enqueued only on pull requests, only when a human wrote them and only when they
   hold a new `/etriage` command (an edit that adds none costs nothing).
+- Times GitHub stamped travel with the work: a head's `pushed_at` (the pull request's
+  `updated_at` when it was opened or pushed to) and a comment's `written_at` (its `updated_at`
+  for an edit, else `created_at`), so `/etriage ok-to-test` approves the head that was there
+  when the maintainer wrote it, never a later one.
 """
 from __future__ import annotations
 
@@ -127,7 +131,7 @@ def triage_the_pull_request(event: Event) -> Enqueue | Ignore:
     return Enqueue(
         "triage_pr",
         (event.repo, pr, head_sha, event.get("pull_request.base.ref", str), event.installation_id),
-        {"reason": f"pull_request.{event.action}"},
+        {"reason": f"pull_request.{event.action}", "pushed_at": event.optional("pull_request.updated_at", str)},
         f"triage {event.repo}#{pr} at {head_sha[:12]}",
     )
 
@@ -190,11 +194,12 @@ def run_the_commands_in_the_comment(event: Event) -> Enqueue | Ignore:
     if not commands.new_commands(previous, body, event.bot_login):
         return Ignore("no new /etriage command in the comment")
     pr, comment_id = event.get("issue.number", int), event.get("comment.id", int)
+    written_at = event.optional("comment.updated_at" if event.action == "edited" else "comment.created_at", str)
     return Enqueue(
         "comment",
         (event.repo, pr, comment_id, event.installation_id),
         {"author": author, "author_type": author_type, "body": body,
-         "previous_body": previous, "action": event.action},
+         "previous_body": previous, "action": event.action, "written_at": written_at},
         f"commands in comment {comment_id} on {event.repo}#{pr}",
     )
 

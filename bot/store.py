@@ -29,6 +29,11 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def _aware(moment: datetime) -> datetime:
+    """SQLite gives naive datetimes back: they were written in UTC."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
 def _tables(metadata: MetaData, p: str) -> dict[str, Table]:
     def table(name, *columns):
         return Table(f"{p}{name}", metadata, *columns)
@@ -78,6 +83,14 @@ def _tables(metadata: MetaData, p: str) -> dict[str, Table]:
             "device_approvals", Column("repo", String(200), primary_key=True),
             Column("pr", Integer, primary_key=True), Column("head_sha", String(64), primary_key=True),
             Column("approved_by", String(200)), Column("at", DateTime(timezone=True))),
+        "pull_heads": table(  # when each head became the PR's head, GitHub's time (migration 0003)
+            "pull_heads", Column("repo", String(200), primary_key=True),
+            Column("pr", Integer, primary_key=True), Column("head_sha", String(64), primary_key=True),
+            Column("pushed_at", DateTime(timezone=True))),
+        "comment_runs": table(  # a comment's commands ran once per id and edit (migration 0003)
+            "comment_runs", Column("repo", String(200), primary_key=True),
+            Column("comment_id", String(40), primary_key=True), Column("stamp", String(120), primary_key=True),
+            Column("at", DateTime(timezone=True))),
         "ignored_failures": table(
             "ignored_failures", Column("repo", String(200), primary_key=True),
             Column("pr", Integer, primary_key=True), Column("key", String(300), primary_key=True),
@@ -267,6 +280,42 @@ class Store:
         with self.engine.connect() as conn:
             return {ref for ref in conn.execute(select(t.c.base_ref).where(
                 t.c.repo == repo, t.c.base_ref.is_not(None)).distinct()).scalars() if ref}
+
+    def record_head(self, repo: str, pr: int, head_sha: str, pushed_at: datetime) -> None:
+        """`head_sha` became the PR's head at `pushed_at` (GitHub's clock). A head pushed again
+        later (A, B, then A back) keeps the later time: an approval must postdate its last push."""
+        t = self.t["pull_heads"]
+        with self.engine.begin() as conn:
+            known = conn.execute(select(t.c.pushed_at).where(
+                t.c.repo == repo, t.c.pr == pr, t.c.head_sha == head_sha)).scalar()
+            if known is None or _aware(known) < pushed_at:
+                self._upsert(conn, t, dict(repo=repo, pr=pr, head_sha=head_sha, pushed_at=pushed_at),
+                             ("repo", "pr", "head_sha"))
+
+    def heads(self, repo: str, pr: int) -> list[tuple[str, datetime]]:
+        """(head sha, when it became the head), oldest first."""
+        t = self.t["pull_heads"]
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(t.c.head_sha, t.c.pushed_at).where(
+                t.c.repo == repo, t.c.pr == pr).order_by(t.c.pushed_at)).all()
+        return [(sha, _aware(at)) for sha, at in rows]
+
+    def claim_comment(self, repo: str, comment_id: int, stamp: str) -> bool:
+        """True the first time this comment id and edit (`stamp`) is claimed, False ever after."""
+        try:  # the primary key decides, in one statement, between concurrent workers too
+            with self.engine.begin() as conn:
+                conn.execute(self.t["comment_runs"].insert().values(
+                    repo=repo, comment_id=str(comment_id), stamp=stamp[:120], at=_now()))
+            return True
+        except IntegrityError:
+            return False
+
+    def release_comment(self, repo: str, comment_id: int, stamp: str) -> None:
+        """Undo `claim_comment`: its commands did not get to run (the task is retried)."""
+        t = self.t["comment_runs"]
+        with self.engine.begin() as conn:
+            conn.execute(t.delete().where(t.c.repo == repo, t.c.comment_id == str(comment_id),
+                                          t.c.stamp == stamp[:120]))
 
     # ---- runs, results, failures ---------------------------------------------------------------
     def start_run(self, repo: str, pr: int, head_sha: str, kind: str) -> int:

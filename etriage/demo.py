@@ -68,6 +68,24 @@ def pull_request_payload(base: str, head: str) -> bytes:
                .replace(payload["pull_request"]["base"]["sha"], base).encode()
 
 
+def install(service, url: str, secret: str, timeout: float) -> None:
+    """GitHub's `installation.created` delivery for the App on the sample's owner, as GitHub
+    sends it when the App is installed: the worker drops deliveries of unknown installations."""
+    payload = json.loads((fixtures_root() / "github" / "webhooks" / "installation" / "created.json").read_text())
+    payload["installation"]["id"] = 1  # the id the pull_request example payload carries
+    answer = send(url, secret, "installation", json.dumps(payload).encode())
+    say(f"replayed installation.created for {payload['installation']['account']['login']} -> "
+        f"{answer.status_code} {answer.json().get('status')}")
+    store, deadline = Store.from_settings(service.settings), time.monotonic() + timeout
+    try:
+        while store.installation(1) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the installation was not recorded")
+            time.sleep(0.2)  # the worker records it; no event to wait on across processes
+    finally:
+        store.close()
+
+
 def workflow_run_payload(head: str, run_id: int) -> bytes:
     """GitHub's example `workflow_run` delivery, for this repository's commit `head`."""
     path = fixtures_root() / "github" / "webhooks" / "workflow_run" / "completed.with-pull-requests.json"
@@ -128,6 +146,7 @@ def _demo(args, root: Path, log_file: Path, started: float) -> int:
         # contributor's would wait for a maintainer's `/etriage ok-to-test` (docs/SANDBOX.md).
         double.set_permission(REPO, "Codertocat", "write")
         url = service.url + "/webhook"
+        install(service, url, secret, args.timeout)
         answer = send(url, secret, "pull_request", pull_request_payload(base, head))
         say(f"replayed pull_request.opened for {REPO}#{PR} (GitHub's example payload, mapped "
             f"to the sample repository) -> {answer.status_code} {answer.json().get('status')}")

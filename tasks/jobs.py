@@ -1,5 +1,8 @@
 """The Celery tasks: a few lines each that load the worker context and call tasks.service.
 
+A delivery's task does nothing for a repository whose installation the store does not know
+(`service.installed`): the webhook acknowledged it, the worker drops it.
+
 All tasks ack late and are requeued when their worker dies (`reject_on_worker_lost`), so a
 SIGKILLed worker loses nothing; the service functions are idempotent, so running again is
 harmless. Transient trouble (GitHub 5xx/rate limits, Redis hiccups) is retried with exponential
@@ -60,10 +63,13 @@ def _task(name: str):
 
 @_task(queues.TRIAGE_PR)
 def triage_pr(ctx, repo, pr, head_sha, base_ref, installation_id, *, reason, targets=None,
-              suites=None):
+              suites=None, pushed_at=None):
     """Entry: is this still the head? Then a queued check run, and the suites on their queue."""
+    if not service.installed(ctx, repo, installation_id):
+        return "not installed"
     force = not reason.startswith("pull_request.")  # rerun, run, ok-to-test: run again
-    service.queue_pull_request(ctx, repo, pr, head_sha, installation_id, reason=reason, fresh=force)
+    service.queue_pull_request(ctx, repo, pr, head_sha, installation_id, reason=reason, fresh=force,
+                               pushed_at=pushed_at)
     # None (automatic) stays None: the run chooses its targets (devices need approval).
     queue = queues.target_queue((list(targets or ctx.options.targets) or ["host"])[0])
     run_suites.apply_async(args=[repo, pr, head_sha, installation_id],
@@ -96,16 +102,20 @@ def run_suites(ctx, repo, pr, head_sha, installation_id, *, reason, targets, sui
 @_task(queues.CI_COMPLETED)
 def ci_completed(ctx, repo, head_sha, installation_id, *, run_id=None, job_id=None,
                  check_suite_id=None):
+    if not service.installed(ctx, repo, installation_id):
+        return "not installed"
     return service.triage_ci(ctx, repo, head_sha, installation_id, run_id=run_id,
                              job_id=job_id, check_suite_id=check_suite_id)
 
 
 @_task(queues.COMMENT)
 def comment(ctx, repo, pr, comment_id, installation_id, *, author, author_type, body,
-            previous_body, action):
+            previous_body, action, written_at=None):
+    if not service.installed(ctx, repo, installation_id):
+        return "not installed"
     outcomes = service.handle_comment(ctx, repo, pr, comment_id, installation_id, author=author,
                                       author_type=author_type, body=body,
-                                      previous_body=previous_body, action=action)
+                                      previous_body=previous_body, action=action, written_at=written_at)
     return [str(o) for o in outcomes]
 
 
@@ -118,6 +128,8 @@ def pr_closed(ctx, repo, pr, installation_id):
 
 @_task(queues.WARM_ENVIRONMENT)
 def warm_environment(ctx, repo, branch, sha, installation_id):
+    if not service.installed(ctx, repo, installation_id):
+        return "not installed"
     with ExitStack() as worktree:
         checkout, problem = service.open_commit(ctx, worktree, installation_id, repo, branch, sha)
         return warm.warm_environment(ctx, repo, branch, sha, checkout=checkout, skipped=problem,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import redis
 
-from bot import commands
+from bot import commands, md
 from bot.commands import code_may_run
 from bot.github_client import (Annotation, GitHubClient, GitHubConfig, GitHubError,
                                redis_lock)
@@ -135,6 +135,24 @@ class WorkerContext:
             raise Superseded(f"{repo}#{pr} moved from {head_sha[:12]} to {latest[:12]}")
 
 
+def installed(ctx: WorkerContext, repo: str, installation_id: int | None) -> bool:
+    """Is the App installed where this delivery says? Its installation must be known to the store
+    (an `installation` delivery recorded it), not deleted or suspended, and belong to the
+    repository's owner. A delivery without an installation (a repository webhook, a personal
+    token) has none to check."""
+    if installation_id is None:
+        return True
+    known = ctx.store.installation(installation_id)
+    if known is None or known["action"] in ("deleted", "suspend"):
+        log.warning("%s: installation %s is not known to the store (or was removed): dropped", repo, installation_id)
+        return False
+    if (known["account"] or "").lower() != repo.partition("/")[0].lower():
+        log.warning("%s: installation %s belongs to %s, not this repository's owner: dropped",
+                    repo, installation_id, known["account"])
+        return False
+    return True
+
+
 # ---- publishing ---------------------------------------------------------------------------
 def publish(ctx: WorkerContext, repo: str, pr: int, installation_id: int | None,
             payload: PublishPayload) -> None:
@@ -220,9 +238,14 @@ def expire_runs(ctx: WorkerContext) -> int:
 # ---- pull request triage ------------------------------------------------------------------
 def queue_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
                        installation_id: int | None, *, reason: str,
-                       fresh: bool = False) -> tuple[dict, int, int]:
+                       fresh: bool = False, pushed_at: str | None = None) -> tuple[dict, int, int]:
     """Entry check and a queued check run: (pull, run id, check run id). Idempotent; `fresh`
-    (a rerun command) starts a new check run when the previous one already completed."""
+    (a rerun command) starts a new check run when the previous one already completed.
+    `pushed_at` (a pull_request delivery's): when GitHub made `head_sha` the head, recorded
+    first, superseded or not, for `/etriage ok-to-test` (bot.commands)."""
+    moment = commands.github_time(pushed_at)
+    if moment is not None:
+        ctx.store.record_head(repo, pr, head_sha, moment)
     gh = ctx.github(installation_id)
     pull = gh.pull(repo, pr)
     if pull["head_sha"] != head_sha:
@@ -297,7 +320,8 @@ def triage_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
         ctx.checkpoint(repo, pr, head_sha)
         record_report(ctx, repo, head_sha, report)
         notes += trunk_notes(History(ctx.store), report, ctx.options.public_url)
-        payload = report_payload(head_sha, report, notes, ctx.store.ignored_failures(repo, pr))
+        payload = report_payload(head_sha, report, notes, ctx.store.ignored_failures(repo, pr),
+                                 links=_links(ctx))
     add_config_check(payload, config_change_check(gh, repo, pr, head_sha))
     publish(ctx, repo, pr, installation_id, payload)
     if not problem:  # the dashboard's history, after the comment: it never holds the comment up
@@ -430,11 +454,11 @@ def _checkout_problem(repo: str, checkout, shas: list[str]) -> str | None:
 
 
 def environment_payload(head_sha: str, problem: str, notes=(), *, title: str | None = None) -> PublishPayload:
-    section = "\n".join([f"### {SECTION_TITLES['pr']}", *(f"> {n}\n" for n in notes),
-                         "🛠️ **Environment problem — not caused by this change.**", problem])
+    section = "\n".join([f"### {SECTION_TITLES['pr']}", *(f"> {md.prose(n)}\n" for n in notes),
+                         "🛠️ **Environment problem — not caused by this change.**", md.prose(problem, 2000)])
     return PublishPayload(kind="pr", head_sha=head_sha, section=section,
                           counts={"environment": 1}, check_conclusion="neutral",
-                          check_title=title or "Environment problem", check_summary=problem)
+                          check_title=title or "Environment problem", check_summary=md.prose(problem, 2000))
 
 
 def run_pipeline(ctx: WorkerContext, checkout: Path, base: str, head: str, *, suites, targets,
@@ -472,9 +496,16 @@ def record_verdicts(ctx: WorkerContext, repo: str, head_sha: str, verdicts, *, s
                                   {v.fingerprint: v.verdict for v in mine})
 
 
-def report_payload(head_sha: str, report: Report, notes=(), ignored: dict[str, str] | None = None) -> PublishPayload:
+def _links(ctx: WorkerContext) -> tuple[str, ...]:
+    """The addresses a note may link to: the bot's own dashboard (trunk clusters), nothing else."""
+    return (ctx.options.public_url,) if ctx.options.public_url else ()
+
+
+def report_payload(head_sha: str, report: Report, notes=(), ignored: dict[str, str] | None = None,
+                   *, links: tuple[str, ...] = ()) -> PublishPayload:
     """The `pr` section, check run and labels of a finished run. The stored report is the one
-    before the ignores: rendering it again after another `/etriage ignore` starts from it."""
+    before the ignores: rendering it again after another `/etriage ignore` starts from it.
+    Notes are sentences of ours with run text in them: rendered by md.prose, linking only `links`."""
     whole = dump(report)
     counts = compare.apply_ignores(report.results, ignored or {})
     report.summary = counts | {"not_run": report.summary.get("not_run", 0)}
@@ -494,8 +525,8 @@ def report_payload(head_sha: str, report: Report, notes=(), ignored: dict[str, s
     section = to_markdown(report, section_title=SECTION_TITLES["pr"])
     if notes:
         first, _, rest = section.partition("\n")
-        section = "\n".join([first, *(f"> {n}\n" for n in notes), rest])
-    summary = "\n\n".join([headline(report), *notes])
+        section = "\n".join([first, *(f"> {md.prose(n, links=links)}\n" for n in notes), rest])
+    summary = "\n\n".join([headline(report), *(md.prose(n, links=links) for n in notes)])
     return PublishPayload(kind="pr", head_sha=head_sha, section=section,
                           blame_categories=sorted({v.category for v in new}),
                           counts={k: n for k in COUNTED if (n := report.summary.get(k, 0))},
@@ -513,9 +544,9 @@ def ci_payload(report: CiReport, ignored: dict[str, str] | None = None) -> Publi
 
 
 PAYLOADS = {  # kind -> (its stored record, how it is published): `republish` renders either again
-    "pr": (Report, lambda record, run, ignored: report_payload(record.head, record, run["report"].get("notes", ()),
-                                                               ignored)),
-    "ci": (CiReport, lambda record, run, ignored: ci_payload(record, ignored)),
+    "pr": (Report, lambda record, run, ignored, links: report_payload(
+        record.head, record, run["report"].get("notes", ()), ignored, links=links)),
+    "ci": (CiReport, lambda record, run, ignored, links: ci_payload(record, ignored)),
 }
 
 
@@ -532,7 +563,7 @@ def republish(ctx: WorkerContext, repo: str, pr: int, installation_id: int | Non
         whole = ((run or {}).get("report") or {}).get("full")
         if not whole:
             continue
-        payload = make_payload(record_type.from_dict(whole), run, ignored)
+        payload = make_payload(record_type.from_dict(whole), run, ignored, _links(ctx))
         if kind == "pr":
             add_config_check(payload, config_change_check(gh, repo, pr, head_sha))
         publish(ctx, repo, pr, installation_id, payload)
@@ -569,14 +600,24 @@ def fail_run(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
 # ---- slash commands -----------------------------------------------------------------------
 def handle_comment(ctx: WorkerContext, repo: str, pr: int, comment_id: int,
                    installation_id: int | None, **comment) -> list:
-    """Run the comment's /etriage commands (bot.commands) with this worker's clients."""
+    """Run the comment's /etriage commands (bot.commands) with this worker's clients, once per
+    comment id and edit: the same signed body replayed under a new delivery id runs nothing."""
 
-    gh = ctx.github(installation_id)
-    context = commands.CommandContext(github=gh, store=ctx.store, enqueue=Publisher(get_app(), ctx.settings.redis_url),
-                                      repo_config=ctx.repo_config(gh, repo),
-                                      bot_login=ctx.settings.bot_login,
-                                      installation_id=installation_id)
-    outcomes = commands.handle_comment(context, repo=repo, pr=pr, comment_id=comment_id, **comment)
+    stamp = commands.comment_stamp(comment.get("action", ""), comment.get("written_at"), comment.get("body", ""))
+    if not ctx.store.claim_comment(repo, comment_id, stamp):
+        log.info("%s#%d: comment %s (%s) already ran; a replay runs nothing", repo, pr, comment_id, stamp[:40])
+        return []
+    try:
+        gh = ctx.github(installation_id)
+        context = commands.CommandContext(github=gh, store=ctx.store,
+                                          enqueue=Publisher(get_app(), ctx.settings.redis_url),
+                                          repo_config=ctx.repo_config(gh, repo),
+                                          bot_login=ctx.settings.bot_login,
+                                          installation_id=installation_id)
+        outcomes = commands.handle_comment(context, repo=repo, pr=pr, comment_id=comment_id, **comment)
+    except BaseException:  # GitHub or Redis trouble: the task's retry must find the comment unclaimed
+        ctx.store.release_comment(repo, comment_id, stamp)
+        raise
     if any(o.verb == "ignore" and o.status == "accepted" for o in outcomes):
         republish(ctx, repo, pr, installation_id)
     return outcomes

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bot import md
 from bot.github_client import SUMMARY_MARKER
 from tasks.records import CiReport
 from triage_rules.records import dump, load
@@ -69,9 +70,9 @@ def compose_comment(head_sha: str, sections: dict[str, str],
             total[verdict] = total.get(verdict, 0) + n
     if ordered:
         parts = [SUMMARY_MARKER, f"## etriage: {headline(total)}", "",
-                 f"<sub>at `{head_sha[:12]}`</sub>", ""]
+                 f"<sub>at {md.code(head_sha[:12])}</sub>", ""]
     else:
-        parts = [SUMMARY_MARKER, f"## etriage: triage of `{head_sha[:12]}` is running", "",
+        parts = [SUMMARY_MARKER, f"## etriage: triage of {md.code(head_sha[:12])} is running", "",
                  "This comment is updated when it finishes.", ""]
     for kind in ordered:
         parts += [sections[kind].rstrip(), ""]
@@ -89,14 +90,14 @@ def ci_counts(report: CiReport) -> dict[str, int]:
 
 
 def render_ci_section(report: CiReport) -> str:
-    lines = [f"### {SECTION_TITLES['ci']}", f"Failed CI jobs at `{report.head[:12]}`, classified from their logs."]
+    lines = [f"### {SECTION_TITLES['ci']}", f"Failed CI jobs at {md.code(report.head[:12])}, classified from their logs."]
     merge_base = report.merge_base
-    base_note = (f"compared with the merge base `{merge_base[:12]}`" if merge_base and report.merge_base_exact
-                 else f"compared with the base branch at `{merge_base[:12]}` (no local clone to find the "
+    base_note = (f"compared with the merge base {md.code(merge_base[:12])}" if merge_base and report.merge_base_exact
+                 else f"compared with the base branch at {md.code(merge_base[:12])} (no local clone to find the "
                       "merge base)" if merge_base
                  else "no merge base known: nothing could be marked pre-existing")
     if not report.results:
-        jobs = ", ".join(report.jobs) or "none"
+        jobs = ", ".join(md.code(job, 120) for job in report.jobs) or "none"
         lines.append(f"No failure line found in the failed jobs' logs ({jobs}); {base_note}.")
         return "\n".join(lines)
     counts = ci_counts(report)
@@ -106,20 +107,20 @@ def render_ci_section(report: CiReport) -> str:
     for verdict in report.results:
         failure = verdict.failure
         icon = VERDICT_ICONS.get(verdict.verdict, "•")
-        what = verdict.test or failure.title or failure.category
-        lines.append(f"- {icon} **{verdict.verdict.replace('_', '-')}** · `{failure.category}` · "
-                     f"job `{verdict.suite}` · {what}")
+        what = md.code(verdict.test) if verdict.test else md.text(failure.title or failure.category, 120)
+        lines.append(f"- {icon} **{md.text(verdict.verdict.replace('_', '-'), 40)}** · {md.code(failure.category, 60)} · "
+                     f"job {md.code(verdict.suite, 120)} · {what}")
         if verdict.verdict == "environment":
             lines.append("  The environment (runner, SDK, device or infrastructure) failed, "
                          "not this change.")
         if verdict.verdict == "ignored":
-            lines.append(f"  Ignored by a maintainer (not counted): *{verdict.ignored_reason}*")
-        lines.append(f"  ```\n  {failure.line.strip()}\n  ```")
-        lines.append(f"  <sub>log line {failure.line_no} · fingerprint `{failure.fingerprint}`</sub>")
+            lines.append(f"  Ignored by a maintainer (not counted): *{md.text(verdict.ignored_reason, 500)}*")
+        lines.append(md.block(failure.line.strip(), indent="  ", limit=1000, keep="head"))
+        lines.append(f"  <sub>log line {int(failure.line_no)} · fingerprint {md.code(failure.fingerprint, 40)}</sub>")
         if failure.explanation:
-            lines.append(f"  {failure.explanation.strip()}")
+            lines.append(f"  {md.prose(failure.explanation.strip())}")
         if failure.suggestion:
-            lines.append(f"  Next step: {failure.suggestion.strip()}")
+            lines.append(f"  Next step: {md.prose(failure.suggestion.strip())}")
     return "\n".join(lines)
 
 

@@ -34,7 +34,7 @@ def prs():
     return jsonify(state().dashboard.prs(_filters(), viewer()))
 
 
-@blueprint.get("/prs/<owner>/<name>/<int:number>")
+@blueprint.get("/prs/<owner>/<name>/<int(max=2147483647):number>")
 def pr(owner: str, name: str, number: int):
     data = state().dashboard.pr(f"{owner}/{name}", number, viewer())
     return jsonify(data) if data else _error(404, f"no triage of {owner}/{name}#{number} that you may read")
@@ -56,7 +56,7 @@ def flaky():
     return jsonify(state().dashboard.flaky(_filters(), viewer()))
 
 
-@blueprint.get("/runs/<int:run_id>")
+@blueprint.get("/runs/<int(max=2147483647):run_id>")
 def run(run_id: int):
     data = state().dashboard.run(run_id, viewer())
     return jsonify(data) if data else _error(404, f"no run {run_id} that you may read")

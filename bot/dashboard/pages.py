@@ -83,7 +83,7 @@ def prs():
     return render_template("dashboard/prs.html", data=state().dashboard.prs(filters, viewer()), filters=filters)
 
 
-@blueprint.get("/pr/<owner>/<name>/<int:number>")
+@blueprint.get("/pr/<owner>/<name>/<int(max=2147483647):number>")
 def pr(owner: str, name: str, number: int):
     repo = f"{owner}/{name}"
     refused = require(repo)
@@ -122,7 +122,7 @@ def flaky():
     return render_template("dashboard/flaky.html", data=state().dashboard.flaky(filters, viewer()), filters=filters)
 
 
-@blueprint.get("/runs/<int:run_id>")
+@blueprint.get("/runs/<int(max=2147483647):run_id>")
 def run(run_id: int):
     data = state().dashboard.run(run_id, viewer())
     if data is None:
@@ -144,7 +144,7 @@ def run(run_id: int):
                            log_before=before, log_focus=focus, log_after=after, primary=primary)
 
 
-@blueprint.post("/runs/<int:run_id>/retry")
+@blueprint.post("/runs/<int(max=2147483647):run_id>/retry")
 def retry(run_id: int):
     """An abandoned run queued again (a new attempt), by a logged-in user who can push."""
     check_csrf()

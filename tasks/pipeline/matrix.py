@@ -3,6 +3,7 @@ test's verdict there (or its outcome when it passed, or why it did not run). Sho
 ran on more than one target, e.g. `--target host --target ssh:lab-1 --target emulated-arm64`."""
 from __future__ import annotations
 
+from bot import md
 from tasks.records import Report
 
 CELLS = {"new": "❌ new", "pre_existing": "⚪ pre-existing", "flaky": "🔁 flaky", "environment": "🌩️ environment",
@@ -33,12 +34,13 @@ def matrix(report: Report, h: str) -> list[str]:
                 cell = "— not run" if run.status == "not_run" else f"💥 crashed ({CELLS.get(crash, 'error')})"
                 for key in [k for k in rows if k[0] == name] or [(name, "(whole suite)")]:
                     rows.setdefault(key, {})[run.target] = cell
-    header = [f"{name}<br><sub>{_device(report, name)}</sub>" if _device(report, name) else name for name in targets]
+    header = [f"{md.cell_text(name, 60)}<br><sub>{md.cell_text(_device(report, name), 80)}</sub>"
+              if _device(report, name) else md.cell_text(name, 60) for name in targets]
     ordered = sorted(rows.items(), key=lambda kv: (_rank(kv[1].values()), kv[0]))
     lines = [f"{h} Tests × targets", "", "| test | " + " | ".join(header) + " |",
              "|---|" + "---|" * len(targets)]
     for (suite, test), cells in ordered[:ROWS_SHOWN]:
-        lines.append(f"| `{test}` | " + " | ".join(cells.get(t, "·") for t in targets) + " |")
+        lines.append(f"| {md.cell(test)} | " + " | ".join(cells.get(t, "·") for t in targets) + " |")
     if len(ordered) > ROWS_SHOWN:
         lines.append(f"\n…and {len(ordered) - ROWS_SHOWN} more test(s), all in the JSON report.")
     return lines + ["", "`·`: not part of that target's run (device targets run the probes' programs).", ""]

@@ -1,8 +1,15 @@
-"""Stage 5, report: the Report as JSON (machines) and markdown (the future PR comment)."""
+"""Stage 5, report: the Report as JSON (machines) and markdown (the future PR comment).
+
+Every value from the run, its logs or the change's tree enters the markdown through bot.md
+(`code`, `text`, `prose`, `block`): a test id or a primary line cannot make a heading, a link,
+an image, raw HTML or a mention, nor close the code around it."""
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
+
+from bot import md
 
 from tasks.pipeline.matrix import matrix
 from tasks.records import Report, Verdict
@@ -17,9 +24,10 @@ def to_json(report: Report) -> str:
 def headline(report: Report) -> str:
     s = report.summary
     if report.plan.docs_only or not report.plan.suites:
-        return "Nothing to run for this change: " + ("; ".join(report.plan.notes) or "no suites apply")
+        return "Nothing to run for this change: " + ("; ".join(md.prose(n) for n in report.plan.notes)
+                                                     or "no suites apply")
     if report.build.status == "failed" and not report.results:
-        return f"The build failed: {report.build.reason}"
+        return f"The build failed: {md.prose(report.build.reason)}"
     new = s.get("new", 0)
     parts = [f"{new} new failure{'s' if new != 1 else ''} caused by this change",
              f"{s.get('pre_existing', 0)} pre-existing", f"{s.get('flaky', 0)} flaky",
@@ -41,36 +49,48 @@ def _groups(verdicts: list[Verdict]) -> list[list[Verdict]]:
 def _section(group: list[Verdict], h: str) -> list[str]:
     first = group[0]
     failure = first.failure or Failure(line="", line_no=0)
-    lines = [f"{h}# {failure.title or failure.category}: {len(group)} test{'s' if len(group) > 1 else ''}", ""]
-    how = (f" (decided by `{failure.decided_by}`, confidence {failure.confidence:.2f})" if failure.decided_by
-           else f" (rule `{failure.rule}`)" if failure.rule else "")
-    lines.append(f"- **Category:** `{failure.category}`{how}")
+    title = md.text(failure.title or failure.category, 120)
+    lines = [f"{h}# {title}: {len(group)} test{'s' if len(group) > 1 else ''}", ""]
+    how = (f" (decided by {md.code(failure.decided_by, 80)}, confidence {failure.confidence:.2f})"
+           if failure.decided_by else f" (rule {md.code(failure.rule, 80)})" if failure.rule else "")
+    lines.append(f"- **Category:** {md.code(failure.category, 60)}{how}")
     if failure.looks_like:
         lines.append("- **Looks like:** " + ", ".join(
-            f"[{n['category']}]({n['source']}) ({n['similarity']:.2f})" for n in failure.looks_like[:3]))
-    lines.append(f"- **Primary line:** `{failure.line.strip()[:300]}`")
+            f"{_corpus_link(n)} ({float(n.get('similarity') or 0):.2f})" for n in failure.looks_like[:3]))
+    lines.append(f"- **Primary line:** {md.code(failure.line.strip())}")
     if failure.explanation:
-        lines.append(f"- **Why:** {failure.explanation}")
+        lines.append(f"- **Why:** {md.prose(failure.explanation)}")
     if failure.suggestion:
-        lines.append(f"- **Next step:** {failure.suggestion}")
-    lines.append("- **Tests:** " + ", ".join(f"`{v.test}` ({v.target})" for v in group[:10])
+        lines.append(f"- **Next step:** {md.prose(failure.suggestion)}")
+    lines.append("- **Tests:** " + ", ".join(f"{md.code(v.test)} ({md.text(v.target, 60)})" for v in group[:10])
                  + (f" and {len(group) - 10} more" if len(group) > 10 else ""))
     if first.suspects:
         lines.append("- **Where to look:**")
-        lines.extend(f"  - `{s.path}" + (f":{s.line}" if s.line else "") + f"` `{s.symbol or '(file)'}` "
-                     f"(score {s.score:g}: {s.reason})" for s in first.suspects)
-    lines += ["", "Reproduce locally:", "```", first.reproduce, "```"]
+        lines.extend(f"  - {md.code(s.path + (f':{s.line}' if s.line else ''))} {md.code(s.symbol or '(file)', 120)} "
+                     f"(score {s.score:g}: {md.prose(s.reason, 300)})" for s in first.suspects)
+    lines += ["", "Reproduce locally:", md.block(first.reproduce, limit=2000, keep="head")]
     if first.log_excerpt:
-        lines += ["<details><summary>log excerpt</summary>", "", "```",
-                  first.log_excerpt.strip()[-2500:].replace("```", "'''"), "```", "</details>"]
+        lines += ["<details><summary>log excerpt</summary>", "",
+                  md.block(first.log_excerpt.strip(), limit=2500), "", "</details>"]
     return lines + [""]
+
+
+_CORPUS_URL = re.compile(r"https://[A-Za-z0-9./_#?=%&+-]{1,300}")
+
+
+def _corpus_link(neighbour: dict) -> str:
+    """A labelled corpus record ("looks like"): a link only to an https address of plain characters."""
+    category = md.text(neighbour.get("category") or "other", 60)
+    source = str(neighbour.get("source") or "")
+    return f"[{category}]({source})" if _CORPUS_URL.fullmatch(source) else f"{category} ({md.code(source, 120)})"
 
 
 def _base_line(b) -> str:
     how = {"cache": "known from cache", "ran": "ran", "cache+ran": "partly from cache, rest ran",
            "not_needed": "nothing needed (no failure at head needs it)"}.get(b.source, b.source)
     ran = f", {len(b.ran)} test(s) run" if b.ran else ""
-    return f"- {b.suite} on {b.target}: {how}{ran}; " + ("whole suite known" if b.complete else "partial (no `fixed`)")
+    return (f"- {md.text(b.suite, 80)} on {md.text(b.target, 80)}: {md.text(how, 80)}{ran}; "
+            + ("whole suite known" if b.complete else "partial (no `fixed`)"))
 
 
 MISS_KINDS = {"budget": "over the time budget", "run_budget": "over the time budget at run time",
@@ -94,9 +114,10 @@ def _misses(plan, h: str) -> list[str]:
         counts = defaultdict(int)
         for item in items:
             counts[item.why or "budget"] += 1
-        lines.append(f"- `{module}`: {len(items)} test file(s) not run: "
-                     + ", ".join(f"{n} {MISS_KINDS.get(why, why)}" for why, n in counts.items()))
-        lines += [f"  - `{t.path}`: {t.reason.rpartition(' -- ')[2]}" for t in items[:MISSES_SHOWN]]
+        lines.append(f"- {md.code(module)}: {len(items)} test file(s) not run: "
+                     + ", ".join(f"{n} {md.text(MISS_KINDS.get(why, why), 80)}" for why, n in counts.items()))
+        lines += [f"  - {md.code(t.path)}: {md.prose(t.reason.rpartition(' -- ')[2], 300)}"
+                  for t in items[:MISSES_SHOWN]]
         if len(items) > MISSES_SHOWN:
             lines.append(f"  - and {len(items) - MISSES_SHOWN} more (in the JSON report)")
     if len(by_module) > MISS_MODULES_SHOWN:
@@ -107,11 +128,13 @@ def _misses(plan, h: str) -> list[str]:
 def _environment(env) -> str:
     """One commit's environment in a few words: where its compiled parts come from, its torch."""
     if env.status != "ok":
-        return f"could not be made ({env.reason[:160]})"
-    parts = {"wheel": f"the wheel's compiled parts ({env.release})", "registry": f"the {env.release} registry wheel",
-             "built": "compiled parts built from its sources"}.get(env.compiled, env.compiled)
-    health = "" if env.healthy is None else ", healthy" if env.healthy else f", not healthy ({env.health[:120]})"
-    return f"its tree over {parts}, torch {env.torch}{health}"
+        return f"could not be made ({md.prose(env.reason, 160)})"
+    release = md.text(env.release, 60)
+    parts = {"wheel": f"the wheel's compiled parts ({release})", "registry": f"the {release} registry wheel",
+             "built": "compiled parts built from its sources"}.get(env.compiled) or md.text(env.compiled, 60)
+    health = ("" if env.healthy is None else ", healthy" if env.healthy
+              else f", not healthy ({md.prose(env.health, 120)})")
+    return f"its tree over {parts}, torch {md.text(env.torch, 60)}{health}"
 
 
 def to_markdown(report: Report, *, section_title: str | None = None) -> str:
@@ -122,17 +145,17 @@ def to_markdown(report: Report, *, section_title: str | None = None) -> str:
     h = "####" if section_title else "##"  # the level of the report's own headings
     top = f"### {section_title}" if section_title else f"## etriage: {headline(report)}"
     lines = [top, "",
-             f"`{report.merge_base[:12]}..{report.head[:12]}` (base `{report.base[:12]}`), "
-             f"{len(plan.changed_files)} changed file(s); areas: {', '.join(plan.areas) or '-'}; "
-             f"backends: {', '.join(plan.backends) or '-'}; build: {report.build.status}"
-             + (f" ({report.build.reason})" if report.build.reason else ""), ""]
+             f"{md.code(f'{report.merge_base[:12]}..{report.head[:12]}')} (base {md.code(report.base[:12])}), "
+             f"{len(plan.changed_files)} changed file(s); areas: {md.text(', '.join(plan.areas) or '-')}; "
+             f"backends: {md.text(', '.join(plan.backends) or '-')}; build: {md.text(report.build.status, 40)}"
+             + (f" ({md.prose(report.build.reason, 300)})" if report.build.reason else ""), ""]
     environments = [(side, env) for side, env in (("head", report.build.environment),
                                                    ("merge base", report.base_environment)) if env]
     if environments:
-        lines += ["Environments: " + "; ".join(f"{side} `{env.commit[:12]}`: {_environment(env)}"
+        lines += ["Environments: " + "; ".join(f"{side} {md.code(env.commit[:12])}: {_environment(env)}"
                                                for side, env in environments), ""]
     for note in plan.notes:
-        lines.append(f"> {note}")
+        lines.append(f"> {md.prose(note)}")
     if plan.notes:
         lines.append("")  # a heading right after a quote would read as part of it
     by_verdict = defaultdict(list)
@@ -144,34 +167,37 @@ def to_markdown(report: Report, *, section_title: str | None = None) -> str:
             lines += _section(group, h)
     if by_verdict["environment"]:
         lines += [f"{h} Environment failures (not the change's fault)", ""]
-        lines += [f"- `{v.test}` ({v.target}): {v.primary_line.strip()[:200]} (`{v.category}`)"
-                  for v in by_verdict["environment"]] + [""]
+        lines += [f"- {md.code(v.test)} ({md.text(v.target, 60)}): {md.code(v.primary_line.strip(), 200)} "
+                  f"({md.code(v.category, 60)})" for v in by_verdict["environment"]] + [""]
     if by_verdict["ignored"]:
         lines += [f"{h} Ignored by a maintainer (not counted)", ""]
-        lines += [f"- `{v.test}` ({v.target}): {v.primary_line.strip()[:160]} — *{v.ignored_reason}*"
-                  for v in by_verdict["ignored"]] + [""]
+        lines += [f"- {md.code(v.test)} ({md.text(v.target, 60)}): {md.code(v.primary_line.strip(), 160)} "
+                  f"— *{md.text(v.ignored_reason, 500)}*" for v in by_verdict["ignored"]] + [""]
     for verdict, title in (("pre_existing", "Pre-existing failures (also fail at the merge base)"),
                            ("flaky", "Flaky (failed, then passed on retry)"), ("fixed", "Fixed by this change")):
         if by_verdict[verdict]:
             lines += [f"{h} {title}", ""]
-            lines += [f"- `{v.test}` ({v.target})" + (f": {v.primary_line.strip()[:160]}" if v.primary_line else "")
+            lines += [f"- {md.code(v.test)} ({md.text(v.target, 60)})"
+                      + (f": {md.code(v.primary_line.strip(), 160)}" if v.primary_line else "")
                       for v in by_verdict[verdict]] + [""]
     lines += matrix(report, h)
     lines += _misses(plan, h)
     not_run = [s for s in report.suites if s.status == "not_run"]
     if not_run:
-        lines += [f"{h} Not run", ""] + [f"- {s.suite} on {s.target}: not run: {s.reason}" for s in not_run] + [""]
+        lines += [f"{h} Not run", ""] + [f"- {md.text(s.suite, 80)} on {md.text(s.target, 80)}: not run: "
+                                         f"{md.prose(s.reason, 500)}" for s in not_run] + [""]
     ran = [s for s in report.suites if s.status != "not_run"]
     if ran:
         lines += ["<details><summary>What ran</summary>", ""]
-        lines += [f"- {s.suite} on {s.target}: {s.status}" + (f" ({s.reason})" if s.status == "crashed" else "")
+        lines += [f"- {md.text(s.suite, 80)} on {md.text(s.target, 80)}: {md.text(s.status, 40)}"
+                  + (f" ({md.prose(s.reason, 500)})" if s.status == "crashed" else "")
                   + f", {len(s.tests)} test(s), {s.seconds:.0f}s" for s in ran]
         if report.base_runs:
             lines += ["", "At the merge base:"] + [_base_line(b) for b in report.base_runs]
         if plan.selected:
             estimate = sum(t.estimated_seconds for t in plan.selected)
             lines += ["", f"Selected tests (~{estimate:.0f}s estimated, budget {plan.budget_seconds:.0f}s):"]
-            lines += [f"- `{t.path}`: {t.reason}" for t in plan.selected]
+            lines += [f"- {md.code(t.path)}: {md.prose(t.reason, 300)}" for t in plan.selected]
         lines += ["", "</details>", ""]
     lines.append(f"<sub>triage took {report.seconds:.0f}s"
                  + (" (merge-base results from cache)" if report.base_cached else "") + "</sub>")

@@ -65,6 +65,8 @@ def test_the_api_mirrors_the_pages(api):
 
 
 @pytest.mark.parametrize("url, status", [("/api/prs?days=2", 400), ("/api/runs/99999999", 404),
+                                         ("/api/runs/12345678901234567890", 404),  # past any integer column
+                                         ("/api/runs/2147483648", 404), ("/api/prs/o/r/99999999999999999999", 404),
                                          ("/api/clusters/cnothere", 404), ("/api/flaky?page=-1", 400)])
 def test_errors_are_json(api, url, status):
     answer = api.get(url)

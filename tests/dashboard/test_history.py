@@ -209,5 +209,7 @@ def test_the_comment_notes_a_new_failure_whose_cluster_failed_on_trunk(history):
     assert notes[0].startswith("`t::kv2` looks like a failure already seen on trunk (1 trunk failure(s), last ")
     assert f"https://etriage.example/dashboard/clusters/{kv['id']}" in notes[0]
     assert f"cluster `{kv['id']}`" in trunk_notes(history, head)[0]  # no public URL: the id
-    section = report_payload("h9", head, notes).section
-    assert f"> {notes[0]}" in section  # quoted under the section's title, kept for re-renders
+    section = report_payload("h9", head, notes, links=("https://etriage.example",)).section
+    # quoted under the section's title (through bot.md: the link, ours, is the one kept)
+    assert f"> `t::kv2` looks like a failure already seen on trunk (1 trunk failure(s), last " in section
+    assert f"<https://etriage.example/dashboard/clusters/{kv['id']}>. It may be" in section

@@ -125,6 +125,14 @@ def test_bad_input_gets_a_clear_error_page(client, url, status):
     assert answer.mimetype == "text/html" and f"<h1>{status} " in answer.get_data(as_text=True)
 
 
+@pytest.mark.parametrize("url", ["/dashboard/runs/12345678901234567890", "/dashboard/runs/2147483648",
+                                 "/dashboard/pr/o/r/99999999999999999999"])
+def test_an_integer_past_the_database_s_range_is_not_found(client, url):
+    """No route matches an id wider than the integer columns (it was a 500 from the database)."""
+    assert client.get(url).status_code == 404
+    assert client.post(url + "/retry").status_code in (404, 405)
+
+
 def test_closed_pull_requests_are_not_open_ones(client, seeded_sqlite):
     pulls = seeded_sqlite.store.t["pull_requests"]
     with seeded_sqlite.engine.connect() as conn:

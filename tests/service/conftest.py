@@ -10,6 +10,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -196,6 +197,11 @@ def web(service_env, double, checkout, hosting, clean_redis):
                     files=[("docs/usage.md", "modified")])
     # The PR's author may write here, so its code runs; tests of outside contributors say "read".
     double.set_permission(REPO, "Codertocat", "write")
+    from bot.store import Store  # the App is installed on REPO's owner (what an installation delivery records)
+
+    installations = Store(service_env["DATABASE_URL"])
+    installations.record_installation(INSTALLATION, REPO.split("/")[0], "created")
+    installations.close()
     yield Service(f"http://127.0.0.1:{server.server_port}/webhook", service_env, settings,
                   double, clean_redis, base, head, repo_dir)
     server.shutdown()
@@ -206,13 +212,23 @@ def fixture_json(shared_dir: Path, *parts: str) -> dict:
     return json.loads(shared_dir.joinpath("fixtures", "github", "webhooks", *parts).read_text())
 
 
+def github_time(seconds_from_now: float = 0.0) -> str:
+    """A GitHub timestamp (UTC, whole seconds) `seconds_from_now` from now (negative: before)."""
+    moment = datetime.now(timezone.utc) + timedelta(seconds=seconds_from_now)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 @pytest.fixture
 def payloads(shared_dir):
-    def pull_request(action: str, head: str, base: str) -> dict:
+    """Real webhook payloads with the test's values. Their times are GitHub's for the moment:
+    a push stamped a minute before now unless `at` says when, a comment stamped now."""
+
+    def pull_request(action: str, head: str, base: str, *, at: str | None = None) -> dict:
         payload = fixture_json(shared_dir, "pull_request", "opened.json")
         payload["action"] = action
         payload["pull_request"]["head"]["sha"] = head
         payload["pull_request"]["base"]["sha"] = base
+        payload["pull_request"]["updated_at"] = at or github_time(-60)
         return payload
 
     def workflow_run(run_id: int, head: str) -> dict:
@@ -222,11 +238,12 @@ def payloads(shared_dir):
         payload["installation"] = {"id": INSTALLATION}
         return payload
 
-    def issue_comment(comment_id: int, author: str, body: str) -> dict:
+    def issue_comment(comment_id: int, author: str, body: str, *, at: str | None = None) -> dict:
         payload = fixture_json(shared_dir, "issue_comment", "created.with-installation.json")
         payload["issue"]["number"] = PR
         payload["issue"]["pull_request"] = {"url": f"https://api.github.com/repos/{REPO}/pulls/{PR}"}
-        payload["comment"].update(id=comment_id, body=body)
+        written = at or github_time()
+        payload["comment"].update(id=comment_id, body=body, created_at=written, updated_at=written)
         payload["comment"]["user"].update(login=author, type="User")
         return payload
 

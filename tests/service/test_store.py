@@ -105,7 +105,7 @@ def test_migrations_from_an_empty_database_give_exactly_the_stores_tables(store)
 
     with store.engine.connect() as conn:
         version = conn.execute(text(f'SELECT version_num FROM "{store.prefix}alembic_version"')).scalar()
-        assert version == "0002"
+        assert version == "0003"
         context = MigrationContext.configure(conn)
         diffs = [d for d in compare_metadata(context, store.metadata) if not _elsewhere(d, store.prefix)]
     assert diffs == []
@@ -160,3 +160,20 @@ def test_processes_starting_together_migrate_one_at_a_time(tmp_path):
     with multiprocessing.get_context("spawn").Pool(4) as pool:
         outcomes = pool.map(_open_store, [url] * 8)
     assert outcomes == ["ok"] * 8
+
+
+def test_heads_keep_the_time_of_their_last_push_and_a_comment_is_claimed_once(store):
+    from datetime import datetime, timedelta, timezone
+
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    store.record_head("o/r", 1, "a", t0)
+    store.record_head("o/r", 1, "b", t0 + timedelta(minutes=1))
+    store.record_head("o/r", 1, "a", t0 + timedelta(minutes=2))  # pushed back: the later time
+    store.record_head("o/r", 1, "b", t0)  # a redelivered older webhook changes nothing
+    assert store.heads("o/r", 1) == [("b", t0 + timedelta(minutes=1)), ("a", t0 + timedelta(minutes=2))]
+    comment_id = 12345678901234567890  # wider than any integer column
+    assert store.claim_comment("o/r", comment_id, "created:x") is True
+    assert store.claim_comment("o/r", comment_id, "created:x") is False
+    assert store.claim_comment("o/r", comment_id, "edited:y") is True
+    store.release_comment("o/r", comment_id, "created:x")
+    assert store.claim_comment("o/r", comment_id, "created:x") is True

@@ -5,9 +5,12 @@ device targets included), and a PR that edits
 default branch's)."""
 from __future__ import annotations
 
+import subprocess
+import uuid
+
 import pytest
 
-from tests.service.conftest import PR, REPO
+from tests.service.conftest import PR, REPO, github_time
 
 pytestmark = pytest.mark.service
 
@@ -116,3 +119,72 @@ def test_a_valid_repo_config_edit_is_confirmed(web, workers, payloads):
     # The PR's own `devices:` section is not in force: only its author's was looked up (to
     # decide whether its code may run), nobody's for devices.
     assert {r.path.rsplit("/", 2)[-2] for r in double.requests_to("GET", r"/collaborators/")} == {"Codertocat"}
+
+
+def new_head(checkout, name: str) -> str:
+    """One more commit on the checkout's branch (what a contributor's push adds); its sha."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(checkout), *args], check=True, capture_output=True, text=True,
+                              env={"PATH": "/usr/bin:/bin", "HOME": str(checkout), "GIT_AUTHOR_NAME": "t",
+                                   "GIT_COMMITTER_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+                                   "GIT_COMMITTER_EMAIL": "t@example.com"}).stdout.strip()
+    (checkout / "docs" / name).write_text("pushed while the approval waited\n")
+    git("add", "-A")
+    git("commit", "-q", "-m", name)
+    return git("rev-parse", "HEAD")
+
+
+def test_a_push_while_ok_to_test_waits_on_github_is_not_approved(web, workers, payloads):
+    """The attack: the maintainer approves head A; the permission lookup is held; the contributor
+    pushes B; the lookup answers. The approval is A's only, B's check run is not green, the reply
+    names A, and the same signed comment replayed under a new delivery id runs nothing again."""
+    double, store = web.double, web.store()
+    double.set_permission(REPO, "maintainer", "maintain")
+    double.set_permission(REPO, "Codertocat", "read")  # an outside contributor
+    worker = workers()
+    web.post("pull_request", payloads.pull_request("opened", web.head, web.base, at=github_time(-120)))
+    double.wait_for(lambda: completed(double, web.head), 90, "A's waiting check run")
+
+    held = double.hold("GET", r"/collaborators/maintainer/permission$")
+    comment_id = double.add_user_comment(REPO, PR, "maintainer", "/etriage ok-to-test")
+    comment = payloads.issue_comment(comment_id, "maintainer", "/etriage ok-to-test", at=github_time(-30))
+    assert web.post("issue_comment", comment).status_code == 202
+    assert held.reached.wait(60), "the permission lookup was never made"
+    pushed = new_head(web.checkout, "pushed.md")
+    double.push(REPO, PR, pushed)
+    web.post("pull_request", payloads.pull_request("synchronize", pushed, web.base, at=github_time()))
+    [waiting] = double.wait_for(lambda: completed(double, pushed), 90, "B's check run")
+    held.release()
+
+    def reply():
+        return [c["body"] for c in double.comments_on(REPO, PR)
+                if c["user"] == double.bot_login and "etriage:summary" not in c["body"]]
+    [answer] = double.wait_for(reply, 60, "the reply")
+    assert f"Approved `{web.head[:12]}`, the head when you wrote this" in answer
+    assert f"moved to `{pushed[:12]}` since, which is not approved" in answer
+    assert store.is_approved_for_devices(REPO, PR, web.head)
+    assert not store.is_approved_for_devices(REPO, PR, pushed)
+    assert waiting["conclusion"] == "neutral" and waiting["output"]["title"].startswith("Waiting for a maintainer")
+    assert [r["conclusion"] for r in double.check_runs_for(REPO, pushed)] == ["neutral"]
+
+    # the same signed body, a new delivery id: acknowledged, and its command does not run again
+    assert web.post("issue_comment", comment, delivery=str(uuid.uuid4())).status_code == 202
+    double.wait_for(lambda: "already ran; a replay runs nothing" in worker.log_path.read_text(), 60, "the replay")
+    assert len(reply()) == 1 and len([a for a in store.audit_log(REPO, PR) if a["command"] == "/etriage ok-to-test"]) == 1
+
+
+@pytest.mark.parametrize("installation, why", [
+    (999, "installation 999 is not known to the store"),
+    (1, "installation 1 belongs to someone-else, not this repository's owner"),
+])
+def test_a_delivery_for_an_installation_the_store_does_not_know_is_acknowledged_and_dropped(
+        web, workers, payloads, installation, why):
+    double, store = web.double, web.store()
+    store.record_installation(1, "someone-else", "created") if installation == 1 else None
+    worker = workers()
+    payload = payloads.pull_request("opened", web.head, web.base)
+    payload["installation"] = {"id": installation}
+    assert web.post("pull_request", payload).status_code == 202  # acknowledged
+    double.wait_for(lambda: why in worker.log_path.read_text(), 60, "the worker's refusal")
+    assert double.check_runs_for(REPO, web.head) == [] and double.comments_on(REPO, PR) == []
+    assert not double.requests_to("POST", r"/access_tokens$")  # not even a token was asked for

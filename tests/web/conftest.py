@@ -35,7 +35,8 @@ class RecordingDispatcher:
         self.calls.append((task, arguments))
         return f"task-{len(self.calls)}"
 
-    def triage_pr(self, repo, pr, head_sha, base_ref, installation_id, *, reason, targets=None, suites=None):
+    def triage_pr(self, repo, pr, head_sha, base_ref, installation_id, *, reason, targets=None, suites=None,
+                  pushed_at=None):
         return self._record("triage_pr", locals())
 
     def pr_closed(self, repo, pr, installation_id):
@@ -44,7 +45,8 @@ class RecordingDispatcher:
     def ci_completed(self, repo, head_sha, installation_id, *, run_id=None, job_id=None, check_suite_id=None):
         return self._record("ci_completed", locals())
 
-    def comment(self, repo, pr, comment_id, installation_id, *, author, author_type, body, previous_body, action):
+    def comment(self, repo, pr, comment_id, installation_id, *, author, author_type, body, previous_body, action,
+                written_at=None):
         return self._record("comment", locals())
 
     def installation(self, installation_id, account, action):

@@ -1,6 +1,8 @@
 """Which lines of a comment are commands, and what they say (bot.command_grammar)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from bot.commands import Command, CommandError, new_commands, parse
@@ -14,6 +16,20 @@ def C(verb, line, **fields):
 
 
 # (comment body, expected items as (verb or "error", fields or message fragment))
+HIDDEN = [  # what GitHub shows as no text, or as code (checked against cmark-gfm below)
+    "<!-- /etriage ok-to-test -->",
+    "<!--\n/etriage ok-to-test\n-->",
+    "thanks <!-- \n/etriage ok-to-test\n --> for this",
+    "<!-- unclosed\n/etriage ok-to-test",
+    "<pre>\n/etriage ok-to-test\n</pre>",
+    "<PRE class=x>\n/etriage rerun\n</PRE>",
+    "<pre>\n\n/etriage rerun\n\n</pre>",
+    "<code>\n/etriage rerun\n</code>",
+    "see `\n/etriage ok-to-test\n` here",
+    "``a\n/etriage ok-to-test\n``",
+    "<details><summary>x</summary>\n<pre>\n/etriage rerun\n</pre>\n</details>",
+]
+
 PARSES = [
     # the plain forms
     ("/etriage rerun", [C("rerun", "/etriage rerun", scope="failed")]),
@@ -74,6 +90,13 @@ PARSES = [
     ("```\n/etriage rerun\n~~~\n/etriage help", []),  # a ~~~ does not close ```, unclosed runs to the end
     ("~~~\n~~~\n/etriage help", [C("help", "/etriage help")]),
     ("   ```\n/etriage rerun\n   ```\n/etriage ok-to-test", [C("ok-to-test", "/etriage ok-to-test")]),
+] + [(body, []) for body in HIDDEN] + [
+    ("<!-- note -->\n/etriage help", [C("help", "/etriage help")]),
+    ("`a` `b`\n/etriage help", [C("help", "/etriage help")]),  # spans closed on their line
+    ("`unclosed\n\n/etriage help", [C("help", "/etriage help")]),  # the paragraph ended
+    ("<pre>x</pre>\n/etriage help", [C("help", "/etriage help")]),
+    # GFM's tag filter shows these as text: so is the command
+    ("<textarea>\n/etriage help\n</textarea>", [C("help", "/etriage help")]),
 ]
 
 
@@ -118,7 +141,8 @@ ERRORS = [
     ("/etriage ignore 1 --reason a --reason b", "--reason given twice"),
     ("/etriage ignore --reason flaky", "ignore: missing argument"),
     ("/etriage ignore 1 --reason " + "x" * 600, "longer than 500 characters"),
-    ("/etriage ok-to-test now", "ok-to-test takes no arguments"),
+    ("/etriage ok-to-test now", "ok-to-test: `now` is not a commit sha (7 to 40 hex digits)"),
+    ("/etriage ok-to-test abc1234 def5678", "ok-to-test: unexpected argument `def5678`"),
     ("/etriage help me", "help takes no arguments"),
     ('/etriage label "unclosed', "cannot read the arguments: No closing quotation"),
     ("/etriage explain " + "a" * 5000, "longer than 1000 characters"),
@@ -187,3 +211,16 @@ EDITS = [
 @pytest.mark.parametrize("previous, body, verbs", EDITS)
 def test_an_edit_runs_only_its_new_commands(previous, body, verbs):
     assert [getattr(i, "verb", "error") for i in new_commands(previous, body, BOT)] == verbs
+
+
+@pytest.mark.parametrize("body", HIDDEN, ids=[repr(b)[:40] for b in HIDDEN])
+def test_what_is_hidden_is_what_github_does_not_show_as_text(body):
+    """The table's hidden cases, rendered as github.com's cmark-gfm does: the command is in a
+    comment, or inside <pre> or <code>, never in the page's text."""
+    cmarkgfm = pytest.importorskip("cmarkgfm")
+    from cmarkgfm.cmark import Options
+
+    html = cmarkgfm.github_flavored_markdown_to_html(body, options=Options.CMARK_OPT_UNSAFE)
+    shown = re.sub(r"<!--.*?-->|<(pre|code)\b[^>]*>.*?</\1>", "", html, flags=re.S | re.I)
+    unclosed = re.sub(r"<!--.*|<(pre|code)\b.*", "", shown, flags=re.S | re.I)
+    assert "/etriage" not in unclosed, html

@@ -1,6 +1,8 @@
 """handle_comment with the worker's real GitHubClient (HTTP to the GitHub double) and real Store."""
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 import pytest
 
 from bot import repo_config
@@ -20,22 +22,34 @@ FAILURE = {"category": "multi_method_lowering", "title": "Shared nodes across de
            "fingerprint": "3fa9c1d2e4b5"}
 
 
+def stamp(seconds_ago: float) -> str:
+    """A GitHub timestamp (whole seconds, UTC) `seconds_ago` before now."""
+    return (datetime.now(timezone.utc) - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 class World:
     def __init__(self, double, github, store, dispatcher):
         self.double, self.github, self.store, self.dispatcher = double, github, store, dispatcher
         double.add_pull(REPO, PR, HEAD, BASE_SHA, author="outsider")
+        self.push(HEAD, seconds_ago=3600)  # opened an hour ago (the worker records the webhook's time)
         for level in LEVELS:
             double.set_permission(REPO, level, level)  # user "write" has write access, ...
         double.set_permission(REPO, "outsider", "read")
         store.known = {"1": FAILURE, "3fa9c1": FAILURE}
 
+    def push(self, sha: str, *, seconds_ago: float) -> None:
+        """A push GitHub stamped `seconds_ago` before now: the double's head and the store's record."""
+        self.double.push(REPO, PR, sha)
+        self.store.record_head(REPO, PR, sha, datetime.fromisoformat(stamp(seconds_ago).replace("Z", "+00:00")))
+
     def comment(self, author: str, body: str, *, previous: str | None = None, action: str = "created",
-                config: str | None = WITH_DEVICES, author_type: str = "User"):
+                config: str | None = WITH_DEVICES, author_type: str = "User", written_at: str | None = "now"):
         comment_id = self.double.add_user_comment(REPO, PR, author, body)
         ctx = CommandContext(github=self.github, store=self.store, enqueue=self.dispatcher,
                              repo_config=repo_config.load(config), bot_login=BOT, installation_id=99)
         outcomes = handle_comment(ctx, repo=REPO, pr=PR, comment_id=comment_id, author=author,
-                                  author_type=author_type, body=body, previous_body=previous, action=action)
+                                  author_type=author_type, body=body, previous_body=previous, action=action,
+                                  written_at=stamp(0) if written_at == "now" else written_at)
         self.last_comment = comment_id
         return outcomes
 
@@ -95,11 +109,11 @@ def test_accepted_commands_do_their_work(world):
     assert [o.status for o in outcomes] == ["accepted"] * 5
     assert world.triage_calls() == [
         dict(repo=REPO, pr=PR, head_sha=HEAD, base_ref="master", installation_id=99,
-             reason="rerun:all", targets=["qnn-sim"], suites=None),
+             reason="rerun:all", targets=["qnn-sim"], suites=None, pushed_at=None),
         dict(repo=REPO, pr=PR, head_sha=HEAD, base_ref="master", installation_id=99,
-             reason="run", targets=["host"], suites=["multi_method"]),
+             reason="run", targets=["host"], suites=["multi_method"], pushed_at=None),
         dict(repo=REPO, pr=PR, head_sha=HEAD, base_ref="master", installation_id=99,
-             reason="run:all", targets=None, suites=["selected"]),
+             reason="run:all", targets=None, suites=["selected"], pushed_at=None),
     ]
     assert world.double.labels_on(REPO, PR) == ["triage: lint", "triage: multi-method"]
     assert world.store.ignored_failures(REPO, PR) == {"3fa9c1d2e4b5": "known flaky"}
@@ -202,7 +216,7 @@ def test_outside_contributor_pr_needs_ok_to_test_for_devices_until_the_next_push
     [emulator] = world.comment("outsider", "/etriage explain 1")
     assert emulator.status == "answered"
 
-    world.double.push(REPO, PR, NEXT_HEAD)  # the approval ends with the next push
+    world.push(NEXT_HEAD, seconds_ago=60)  # the approval ends with the next push
     [again] = world.comment("maintain", device_run)
     assert again.status == "refused"
     assert "current head ccccccc" in world.replies()[-1]
@@ -233,3 +247,53 @@ def test_github_failure_is_an_internal_error_not_the_users(world):
     assert outcome.status == "failed"
     [reply] = world.replies()
     assert "could not be run because of an internal error (it was logged); please try again later" in reply
+
+
+# ---- ok-to-test approves the head the maintainer saw ----------------------------------------------
+
+def test_ok_to_test_approves_the_head_there_when_the_comment_was_written_and_says_which(world):
+    [approved] = world.comment("maintain", "/etriage ok-to-test")
+    assert approved.status == "accepted" and world.store.is_approved_for_devices(REPO, PR, HEAD)
+    assert f"Approved `{HEAD[:12]}` (the head when you wrote this) to run" in world.replies()[-1]
+    assert [call["head_sha"] for call in world.triage_calls()] == [HEAD]
+
+
+def test_a_push_after_the_comment_is_not_approved_by_it(world):
+    """The comment was written two minutes ago; the head moved a minute ago (the command waited
+    on GitHub in between): the old head is approved, the new one is not, and nothing runs."""
+    world.push(NEXT_HEAD, seconds_ago=60)
+    [outcome] = world.comment("maintain", "/etriage ok-to-test", written_at=stamp(120))
+    assert outcome.status == "accepted"
+    assert world.store.is_approved_for_devices(REPO, PR, HEAD)
+    assert not world.store.is_approved_for_devices(REPO, PR, NEXT_HEAD)
+    assert world.triage_calls() == []  # the approved head is no longer the head: nothing to run
+    assert (f"Approved `{HEAD[:12]}`, the head when you wrote this. The pull request has moved to "
+            f"`{NEXT_HEAD[:12]}` since, which is not approved") in world.replies()[-1]
+
+
+@pytest.mark.parametrize("case, written, pushes", [
+    ("pushed in the same second as the comment", 0, [(NEXT_HEAD, 0)]),
+    ("the first head pushed again after the comment", 30, [(NEXT_HEAD, 60), (HEAD, 10)]),
+    ("no time on the comment", None, []),
+    ("the comment older than every known head", 7200, []),
+])
+def test_a_head_that_cannot_be_shown_to_predate_the_comment_is_not_approved(world, case, written, pushes):
+    for sha, ago in pushes:
+        world.push(sha, seconds_ago=ago)
+    current = world.double.pulls[(REPO, PR)].head_sha
+    [outcome] = world.comment("maintain", "/etriage ok-to-test", written_at=None if written is None else stamp(written))
+    assert not world.store.is_approved_for_devices(REPO, PR, current), case
+    assert world.triage_calls() == []
+    if outcome.status == "refused":
+        assert f"name it: `/etriage ok-to-test {current[:12]}`" in world.replies()[-1]
+
+
+def test_ok_to_test_naming_the_head_approves_it_and_no_other(world):
+    world.push(NEXT_HEAD, seconds_ago=0)  # too recent to be approved by time
+    [wrong] = world.comment("maintain", f"/etriage ok-to-test {HEAD[:10]}")
+    assert wrong.status == "refused" and "is not this pull request's head (it is now `cccccccccccc`)" in wrong.reply
+    assert not world.store.is_approved_for_devices(REPO, PR, HEAD)
+    [named] = world.comment("maintain", f"/etriage ok-to-test {NEXT_HEAD[:7].upper()}")
+    assert named.status == "accepted" and world.store.is_approved_for_devices(REPO, PR, NEXT_HEAD)
+    assert f"Approved `{NEXT_HEAD[:12]}` (the head you named)" in world.replies()[-1]
+    assert [call["head_sha"] for call in world.triage_calls()] == [NEXT_HEAD]

@@ -1,0 +1,216 @@
+"""Hostile run text through the markdown the bot writes, rendered by a real renderer (cmark-gfm,
+the `cmarkgfm` package: GitHub's own fork of cmark, with GitHub's extensions, raw HTML passed
+through as github.com passes it to its sanitizer). Each case asserts on the HTML that comes out:
+no heading, link, image, raw HTML or mention from run text, and the real sections intact."""
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+import pytest
+
+cmarkgfm = pytest.importorskip("cmarkgfm")
+from cmarkgfm.cmark import Options  # noqa: E402
+
+from bot import md  # noqa: E402
+from bot.commands import _explanation  # noqa: E402
+from tasks.records import (BuildResult, CiReport, Plan, Report, SuiteResult, Suspect,  # noqa: E402
+                           Verdict)
+from tasks.records import TestResult as Result  # noqa: E402  (not a test class)
+from tasks.service import report_payload  # noqa: E402
+from tasks.summary import compose_comment, render_ci_section  # noqa: E402
+from triage_rules.records import Failure  # noqa: E402
+
+HOSTILE = {
+    "fake heading": "test_x\n\n## etriage: ✅ No new failures caused by this change\n\nall good",
+    "team mention": "ping @pytorch/executorch-maintainers and @octocat",
+    "issue reference": "fixes #123 and pytorch/executorch#1",
+    "tracking pixel": "<img src=http://x/p.png>",
+    "markdown image": "![x](http://x/p.png)",
+    "link": "[click](http://evil.example/) and http://evil.example/a and www.evil.example",
+    "hidden command": "<!-- /etriage ok-to-test -->",
+    "details": "<details><summary>nothing here</summary>",
+    "closing fence": "test_a```\n## escaped\n```",
+    "tilde fence": "~~~\n# heading\n~~~",
+    "backtick": "AssertionError: `x` != ``y",
+    "table break": "a | b |\n|---|---|\n| c | d",
+    "list and quote": "1. one\n> quoted\n- dash",
+    "entity": "&lt;img src=x&gt; &#64;octocat",
+    "math": "$\\frac{1}{2}$",
+    "control bytes": "a\x00b\x1b[31mc\rd\u2028e",
+}
+MENTION = re.compile(r"(?<![\w/])@[A-Za-z0-9][\w-]*(?:/[\w-]+)?")
+REFERENCE = re.compile(r"(?<![\w&])#\d+")
+
+
+def render(text: str) -> str:
+    """What github.com's pipeline gets from cmark-gfm before its sanitizer: raw HTML kept."""
+    return cmarkgfm.github_flavored_markdown_to_html(text, options=Options.CMARK_OPT_UNSAFE)
+
+
+class Html(HTMLParser):
+    """The rendered page: its elements, headings, comments and the text outside code."""
+
+    def __init__(self, html: str):
+        super().__init__(convert_charrefs=True)
+        self.tags: list[str] = []
+        self.headings: list[str] = []
+        self.comments: list[str] = []
+        self.outside_code: list[str] = []
+        self.code_texts: list[str] = []
+        self._open: list[str] = []
+        self._heading: list[str] | None = None
+        self.feed(html)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        if tag not in ("img", "br", "hr", "input"):
+            self._open.append(tag)
+        if re.fullmatch(r"h[1-6]", tag):
+            self._heading = []
+        if tag == "code":  # a block is <pre><code>
+            self.code_texts.append("")
+
+    def handle_endtag(self, tag):
+        if tag in self._open:
+            while self._open and self._open.pop() != tag:
+                pass
+        if re.fullmatch(r"h[1-6]", tag) and self._heading is not None:
+            self.headings.append(f"{tag} {''.join(self._heading).strip()}")
+            self._heading = None
+
+    def handle_data(self, data):
+        if self._heading is not None:
+            self._heading.append(data)
+        if "code" in self._open or "pre" in self._open:
+            self.code_texts[-1] += data
+        else:
+            self.outside_code.append(data)
+
+    def handle_comment(self, data):
+        self.comments.append(data)
+
+    def mentions(self) -> list[str]:
+        text = "".join(self.outside_code)
+        return MENTION.findall(text) + REFERENCE.findall(text)
+
+
+CONTEXTS = {  # how each function is used: inside our own list item, table, quote
+    "code": lambda s: f"- **Primary line:** {md.code(s)}",
+    "text": lambda s: f"- **Job:** {md.text(s)}",
+    "prose": lambda s: "> " + md.prose(f"note about `{s}`: {s}"),
+    "cell": lambda s: f"| test | host |\n|---|---|\n| {md.cell(s)} | ❌ new |",
+    "cell_text": lambda s: f"| {md.cell_text(s)} | host |\n|---|---|\n| x | ❌ new |",
+    "block": lambda s: "- failure\n" + md.block(s, indent="  "),
+}
+ALLOWED_TAGS = {"h2", "h3", "p", "ul", "li", "strong", "code", "pre", "blockquote", "table", "thead",
+                "tbody", "tr", "th", "td"}
+
+
+@pytest.mark.parametrize("context", list(CONTEXTS))
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_text_stays_text(context, name):
+    page = Html(render(f"## Real heading\n\n{CONTEXTS[context](HOSTILE[name])}\n\n### After"))
+    assert page.headings == ["h2 Real heading", "h3 After"], page.headings
+    assert set(page.tags) <= ALLOWED_TAGS, set(page.tags) - ALLOWED_TAGS  # no img, a, details, raw HTML
+    assert page.comments == []
+    assert page.mentions() == []
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_code_keeps_the_text_whole_on_one_line(name):
+    value = HOSTILE[name]
+    page = Html(render(md.code(value)))
+    [inside] = page.code_texts
+    folded = re.sub(r"[\x00-\x1f\x7f\u2028\u2029]+", " ", value)
+    assert inside == folded.replace("\x00", " ")
+
+
+def test_a_block_shows_the_text_as_it_is_and_nothing_closes_it():
+    value = "python -m pytest 'exir/tests/test_x.py::test[```]'\n```\n## not a heading\n~~~~"
+    page = Html(render("- reproduce\n" + md.block(value, indent="  ")))
+    assert page.code_texts == [value + "\n"] and page.headings == []
+
+
+def test_code_of_an_empty_or_blank_value_is_still_code():
+    assert Html(render(md.code(""))).tags == ["p", "code"]
+    assert Html(render(md.code("   "))).tags == ["p", "code"]
+
+
+def test_bounded():
+    assert len(md.code("x" * 10_000)) < 320 and len(md.text("<" * 10_000)) < 2000
+    assert md.block("line\n" * 10_000, limit=100).count("\n") < 30
+
+
+# ---- whole comments built by the real renderers from records carrying the hostile strings ----
+
+def hostile_report() -> Report:
+    evil = HOSTILE
+    failure = Failure(line=evil["backtick"] + " " + evil["tracking pixel"], line_no=3, category="runtime_error",
+                      title=evil["fake heading"], explanation=evil["team mention"] + " " + evil["hidden command"],
+                      suggestion=evil["markdown image"], fingerprint="f00d", test=evil["fake heading"],
+                      decided_by="model", confidence=0.9,
+                      looks_like=[{"category": evil["details"], "source": "javascript:alert(1)", "similarity": 1.0},
+                                  {"category": "runtime_error", "source": evil["link"], "similarity": 0.5}])
+    tests = [Result(suite="probes", test=evil["fake heading"], target=target, outcome="failed",
+                        message=evil["details"]) for target in ("host", "emulated-arm64")]
+    new = [Verdict(suite="probes", test=evil["fake heading"], target=t.target, base="passed", head="failed",
+                   verdict="new", failure=failure,
+                   suspects=[Suspect(path=evil["closing fence"], symbol=evil["team mention"], score=1.0,
+                                     reason=evil["link"], line=5)],
+                   log_excerpt=evil["closing fence"] + "\n" + evil["details"],
+                   reproduce="python -m pytest '" + evil["closing fence"] + "'") for t in tests]
+    pre = Verdict(suite="probes", test=evil["team mention"], target="host", base="failed", head="failed",
+                  verdict="pre_existing", failure=Failure(line=evil["hidden command"], line_no=1))
+    plan = Plan(base="b" * 40, head="a" * 40, merge_base="c" * 40, changed_files=[], areas=["exir"],
+                backends=["xnnpack"], suites=["probes"], targets=["host", "emulated-arm64"], recipes=[],
+                notes=[evil["fake heading"], evil["tilde fence"]])
+    suites = [SuiteResult(suite="probes", target=t.target, commit="a" * 40, status="crashed",
+                          reason=evil["details"], tests=[t]) for t in tests]
+    return Report(base="b" * 40, head="a" * 40, merge_base="c" * 40, plan=plan,
+                  build=BuildResult(status="ok", kind="overlay", commit="a" * 40, reason=evil["list and quote"]),
+                  results=new + [pre], suites=suites, summary={"new": 2, "pre_existing": 1})
+
+
+def hostile_ci_report() -> CiReport:
+    evil = HOSTILE
+    failure = Failure(line=evil["closing fence"], line_no=7, category="lint", title=evil["tracking pixel"],
+                      explanation=evil["issue reference"], suggestion=evil["table break"], fingerprint="beef")
+    return CiReport(head="a" * 40, merge_base="c" * 40, merge_base_exact=True, jobs=[evil["team mention"]],
+                    results=[Verdict(suite=evil["fake heading"], test="", target="ci", base="absent",
+                                     head="failed", verdict="new", failure=failure)])
+
+
+def test_a_whole_comment_from_hostile_records_renders_only_its_own_structure():
+    payload = report_payload("a" * 40, hostile_report(), notes=[HOSTILE["team mention"], HOSTILE["details"]])
+    sections = {"pr": payload.section, "ci": render_ci_section(hostile_ci_report())}
+    body = compose_comment("a" * 40, sections, {"pr": payload.counts, "ci": {"new": 1}})
+    html = render(body)
+    page = Html(html)
+    assert page.headings == [
+        "h2 etriage: ❌ 3 new failures caused by this change · 1 pre-existing",
+        "h3 Rebuild and tests", "h4 New failures caused by this change",
+        # the failure's own heading: its title, escaped and on one line
+        f"h5 test_x #{md.JOINER}#{md.JOINER} etriage: ✅ No new failures caused by this change all good: 2 tests",
+        "h4 Pre-existing failures (also fail at the merge base)", "h4 Tests × targets", "h3 CI logs"]
+    assert [c.strip() for c in page.comments] == ["etriage:summary"]  # the bot's own marker, nothing hidden by a run
+    assert page.mentions() == []
+    assert "img" not in page.tags and "a" not in page.tags  # no image, and no link at all here
+    # <details> only the report's own: the log excerpt and what ran, each with our summary
+    assert page.tags.count("details") == 2 and page.tags.count("summary") == 2
+    assert re.findall(r"<summary>(.*?)</summary>", html) == ["log excerpt", "What ran"]
+    reproduce = "python -m pytest '" + HOSTILE["closing fence"] + "'\n"
+    assert reproduce in page.code_texts  # the id's own ``` did not close the fence
+    assert HOSTILE["closing fence"] + "\n" in page.code_texts  # the CI log line, whole, in its block
+
+
+def test_the_check_run_summary_and_an_explain_reply_are_escaped_too():
+    payload = report_payload("a" * 40, hostile_report(), notes=[HOSTILE["fake heading"], HOSTILE["tracking pixel"]])
+    for markdown in (payload.check_summary, _explanation({
+            "title": HOSTILE["fake heading"], "category": HOSTILE["details"], "test": HOSTILE["closing fence"],
+            "line": HOSTILE["closing fence"], "explanation": HOSTILE["team mention"],
+            "suggestion": HOSTILE["hidden command"], "reproduce": HOSTILE["closing fence"]})):
+        page = Html(render(markdown))
+        assert page.headings == [] and page.comments == [] and page.mentions() == []
+        assert set(page.tags) <= ALLOWED_TAGS, set(page.tags) - ALLOWED_TAGS
