@@ -529,7 +529,8 @@ def report_payload(head_sha: str, report: Report, notes=(), ignored: dict[str, s
     summary = "\n\n".join([headline(report), *(md.prose(n, links=links) for n in notes)])
     return PublishPayload(kind="pr", head_sha=head_sha, section=section,
                           blame_categories=sorted({v.category for v in new}),
-                          counts={k: n for k in COUNTED if (n := report.summary.get(k, 0))},
+                          counts={k: n for k in COUNTED if (n := report.summary.get(k, 0))}
+                          | ({"refused": 1} if report.plan.refused else {}),
                           check_conclusion=conclusion, check_title=title,
                           check_summary=summary, annotations=annotations, report=whole, notes=list(notes))
 

@@ -51,6 +51,8 @@ SECTION_TITLES = {"pr": "Rebuild and tests", "ci": "CI logs"}
 def headline(counts: dict[str, int]) -> str:
     """The comment's one headline: new failures first, then whatever else was found."""
     new = counts.get("new", 0)
+    if counts.get("refused"):  # a hostile tree: nothing ran, and nothing is anyone's "no new failures"
+        return "⛔ The change was refused: its tree holds a path that cannot be a file name; nothing of it was run"
     first = (f"❌ {new} new failure{'s' if new != 1 else ''} caused by this change" if new
              else "✅ No new failures caused by this change")
     rest = [f"{n} {verdict.replace('_', '-')}" for verdict in HEADLINE_ORDER

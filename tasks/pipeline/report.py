@@ -23,6 +23,8 @@ def to_json(report: Report) -> str:
 
 def headline(report: Report) -> str:
     s = report.summary
+    if report.plan.refused:
+        return f"Refused: {md.prose(report.plan.refused.removeprefix('refused: '), 300)}"
     if report.plan.docs_only or not report.plan.suites:
         return "Nothing to run for this change: " + ("; ".join(md.prose(n) for n in report.plan.notes)
                                                      or "no suites apply")
@@ -165,10 +167,16 @@ def to_markdown(report: Report, *, section_title: str | None = None) -> str:
         lines += [f"{h} New failures caused by this change", ""]
         for group in _groups(by_verdict["new"]):
             lines += _section(group, h)
-    if by_verdict["environment"]:
+    refused = [v for v in by_verdict["environment"] if v.failure and v.failure.rule == "refused"]
+    if refused:  # the change's own tree, never "not the change's fault"
+        lines += [f"{h} Refused: nothing of this change was run", ""]
+        lines += [f"- {md.code(v.primary_line.strip(), 300)}: {md.prose(v.failure.explanation, 300)}"
+                  for v in refused] + [""]
+    environment = [v for v in by_verdict["environment"] if v not in refused]
+    if environment:
         lines += [f"{h} Environment failures (not the change's fault)", ""]
         lines += [f"- {md.code(v.test)} ({md.text(v.target, 60)}): {md.code(v.primary_line.strip(), 200)} "
-                  f"({md.code(v.category, 60)})" for v in by_verdict["environment"]] + [""]
+                  f"({md.code(v.category, 60)})" for v in environment] + [""]
     if by_verdict["ignored"]:
         lines += [f"{h} Ignored by a maintainer (not counted)", ""]
         lines += [f"- {md.code(v.test)} ({md.text(v.target, 60)}): {md.code(v.primary_line.strip(), 160)} "

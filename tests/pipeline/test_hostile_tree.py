@@ -122,7 +122,11 @@ def test_a_tree_path_that_cannot_be_a_file_name_is_refused(et_repo, data_dir, es
     assert (verdict.verdict, verdict.suite, verdict.failure.rule) == ("environment", "environment", "refused")
     assert verdict.primary_line == report.plan.refused
     assert report.build.status == "skipped" and not report.plan.suites and not report.suites
-    assert f"> Nothing of this change was run: {report.plan.refused}." in to_markdown(report)
+    text = to_markdown(report)
+    assert "> Nothing of this change was run: refused: the change's tree holds a path that cannot be" in text
+    # the change's own tree: refused in its own section, never "not the change's fault"
+    assert text.startswith("## etriage: Refused: the change's tree holds a path")
+    assert "## Refused: nothing of this change was run" in text and "not the change's fault" not in text
     assert not escaped()
 
 

@@ -15,6 +15,9 @@ from triage_rules import Failure
     ({"new": 1}, "❌ 1 new failure caused by this change"),
     ({"new": 3, "environment": 1, "pre_existing": 2, "ignored": 1},
      "❌ 3 new failures caused by this change · 2 pre-existing · 1 environment · 1 ignored"),
+    # a hostile tree (tasks/pipeline/run.py _refused): nothing ran, so no "no new failures"
+    ({"environment": 1, "refused": 1},
+     "⛔ The change was refused: its tree holds a path that cannot be a file name; nothing of it was run"),
 ])
 def test_headline(counts, expected):
     assert headline(counts) == expected

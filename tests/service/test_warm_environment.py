@@ -47,7 +47,7 @@ def test_a_push_to_the_default_branch_makes_its_environment_before_any_pr(web, w
     laid = list((Path(web.env["ETRIAGE_DATA_DIR"]) / "environments" / "trees").glob("*/laid.json"))
     assert [json.loads(p.read_text())["commit"] for p in laid] == [web.head]
 
-    other = "octo-org/not-cloned-here"
+    other = "Codertocat/not-hosted-here"  # the installation's account; not on the double
     web.post("push", push("refs/heads/master", web.base, repo=other))
     skipped = entry(web.redis, other, web.base, ("skipped",), timeout=120)
-    assert "could not fetch octo-org/not-cloned-here" in skipped["reason"], skipped
+    assert "could not fetch Codertocat/not-hosted-here" in skipped["reason"], skipped
