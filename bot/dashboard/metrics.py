@@ -19,7 +19,7 @@ import redis
 from flask import Blueprint, Response, current_app, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from sqlalchemy import func, select
+from sqlalchemy import func, select, true
 from sqlalchemy.exc import SQLAlchemyError
 
 from bot.dashboard.context import state
@@ -84,13 +84,13 @@ class StateCollector:
         yield from (deliveries, depth, age, up)
 
     @staticmethod
-    def _stage_buckets(conn, runs) -> dict:
+    def _stage_buckets(conn, runs, visible) -> dict:
         """stage -> ([(le, cumulative count), ...], sum): each run's stage times read from its
         JSON by the database (one scan), counted into buckets here."""
         columns = [runs.c.stage_seconds[stage].as_float() for stage in STAGES]
         counts = {stage: [0] * (len(STAGE_BUCKETS) + 1) for stage in STAGES}
         sums = dict.fromkeys(STAGES, 0.0)
-        for row in conn.execute(select(*columns).where(runs.c.stage_seconds.is_not(None))):
+        for row in conn.execute(select(*columns).where(runs.c.stage_seconds.is_not(None), visible)):
             for stage, seconds in zip(STAGES, row):
                 if seconds is not None:
                     counts[stage][bisect.bisect_left(STAGE_BUCKETS, seconds)] += 1
@@ -109,11 +109,17 @@ class StateCollector:
         try:
             history = self.state.dashboard.h
             runs, failures = history.t["triage_runs"], history.t["failure_events"]
+            # /metrics answers anyone: what private repositories failed is not counted in it
+            private = sorted(self.state.config.private_repos)
+            public_failures = failures.c.repo.notin_(private) if private else true()
+            public_runs = runs.c.repo.notin_(private) if private else true()
             with history.engine.connect() as conn:
-                stages = self._stage_buckets(conn, runs)
+                stages = self._stage_buckets(conn, runs, public_runs)
                 verdicts = conn.execute(select(failures.c.category, failures.c.verdict, func.count())
+                                        .where(public_failures)
                                         .group_by(failures.c.category, failures.c.verdict)).all()
-                statuses = conn.execute(select(runs.c.status, func.count()).group_by(runs.c.status)).all()
+                statuses = conn.execute(select(runs.c.status, func.count()).where(public_runs)
+                                        .group_by(runs.c.status)).all()
         except SQLAlchemyError as error:
             log.warning("metrics: database: %s", error)
             up.add_metric([], 0)

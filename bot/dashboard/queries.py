@@ -278,7 +278,33 @@ class Dashboard:
             if isinstance(daily, str):
                 daily = json.loads(daily)
             row["daily"] = [daily.get(d, 0) for d in days]
+        if viewer.hidden and rows:  # the clusters' stored totals count every repository: recount
+            self._recount_visible(rows, days, viewer)
         return plain({"filters": filters.args(), "pagination": self._pages(total, filters), "items": rows})
+
+    def _recount_visible(self, rows: list[dict], days: list[str], viewer: Viewer) -> None:
+        """A cluster's failures, PRs, trunk failures and daily counts from the failures this viewer
+        may see (a stranger: public repositories only), never the stored totals over all."""
+        f = self.t["failure_events"]
+        since = datetime.combine(date.fromisoformat(days[0]), datetime.min.time(), tzinfo=timezone.utc)
+        with self.engine.connect() as conn:
+            events = conn.execute(select(f.c.cluster_id, f.c.repo, f.c.pr, f.c.at)
+                                  .where(f.c.cluster_id.in_([r["id"] for r in rows]),
+                                         self._visible(f.c.repo, viewer))).all()
+        by_cluster: dict[str, list] = {}
+        for event in events:
+            by_cluster.setdefault(event.cluster_id, []).append(event)
+        for row in rows:
+            seen = by_cluster.get(row["id"], [])
+            row["failures"] = len(seen)
+            row["prs"] = len({(e.repo, e.pr) for e in seen if e.pr != TRUNK})
+            row["trunk_failures"] = sum(e.pr == TRUNK for e in seen)
+            per_day: dict[str, int] = {}
+            for e in seen:
+                at = e.at if e.at.tzinfo else e.at.replace(tzinfo=timezone.utc)
+                if at >= since:
+                    per_day[at.date().isoformat()] = per_day.get(at.date().isoformat(), 0) + 1
+            row["daily"] = [per_day.get(d, 0) for d in days]
 
     def cluster(self, cluster_id: str, filters: Filters, viewer: Viewer) -> dict | None:
         c, f, r = self.t["clusters"], self.t["failure_events"], self.t["triage_runs"]

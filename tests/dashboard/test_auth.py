@@ -154,3 +154,32 @@ def test_a_maintainer_retries_an_abandoned_run(tmp_path, redis_url, double):
     assert reader.post(f"/dashboard/runs/{stuck}/retry", data={"csrf": reader_token}).status_code == 403
     assert queue.llen("triage") == 0
     store.close()
+
+
+def test_anonymous_aggregates_count_public_repositories_only(app, seeded_sqlite):
+    """Cluster totals, their daily counts and /metrics answer strangers: a private repository's
+    failures are in none of them (issue 18: they were counted in both)."""
+    f = seeded_sqlite.t["failure_events"]
+    with seeded_sqlite.engine.connect() as conn:
+        rows = conn.execute(select(f.c.cluster_id, f.c.repo, f.c.verdict, f.c.category)).all()
+    public = [r for r in rows if r.repo == PUBLIC]
+    assert public and any(r.repo == PRIVATE for r in rows)  # the seed has both
+    client = app.test_client()
+    items, page = [], 1
+    while True:
+        answer = client.get(f"/api/clusters?days=90&page={page}").get_json()
+        items += answer["items"]
+        if page >= answer["pagination"]["pages"]:
+            break
+        page += 1
+    assert items
+    for item in items:
+        visible = [r for r in public if r.cluster_id == item["id"]]
+        assert item["failures"] == len(visible), item
+        assert sum(item["daily"]) <= len(visible)
+    assert sum(i["failures"] for i in items) <= len(public) < len(rows)
+
+    scraped = client.get("/metrics").get_data(as_text=True)
+    counted = sum(float(line.rsplit(" ", 1)[1]) for line in scraped.splitlines()
+                  if line.startswith("etriage_verdicts_total{"))
+    assert counted == len(public), [line for line in scraped.splitlines() if "verdicts" in line][:5]

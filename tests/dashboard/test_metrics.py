@@ -14,6 +14,7 @@ from bot.app import create_app
 from bot.dashboard import DashboardConfig
 from bot.dashboard.metrics import DELIVERIES
 from bot.publisher import Publisher, publishing_app
+from etriage.seed import PRIVATE
 from tests.dashboard.conftest import make_app
 
 
@@ -78,11 +79,16 @@ def test_queue_depths_stages_and_verdicts(seeded_sqlite, redis_url):
     assert samples[("etriage_queue_depth", (("queue", "device"),))] == 0
     assert samples[("etriage_redis_up", ())] == 1 and samples[("etriage_database_up", ())] == 1
     runs, failures = seeded_sqlite.t["triage_runs"], seeded_sqlite.t["failure_events"]
+    # /metrics answers anyone: the configured private repository is counted nowhere in it
     with seeded_sqlite.engine.connect() as conn:
-        timed = conn.execute(select(func.count()).where(runs.c.stage_seconds.is_not(None))).scalar()
+        timed = conn.execute(select(func.count()).where(runs.c.stage_seconds.is_not(None),
+                                                        runs.c.repo != PRIVATE)).scalar()
         verdicts = conn.execute(select(failures.c.category, failures.c.verdict, func.count())
+                                .where(failures.c.repo != PRIVATE)
                                 .group_by(failures.c.category, failures.c.verdict)).all()
-        all_runs = conn.execute(select(func.count()).select_from(runs)).scalar()
+        all_runs = conn.execute(select(func.count()).where(runs.c.repo != PRIVATE)).scalar()
+        private_runs = conn.execute(select(func.count()).where(runs.c.repo == PRIVATE)).scalar()
+    assert private_runs  # the seed has some, so the counts below can tell
     assert samples[("etriage_task_stage_duration_seconds_count", (("stage", "build"),))] == timed
     assert len(verdicts) > 5
     for category, verdict, count in verdicts:
