@@ -222,40 +222,45 @@ def base_broken(base_build: BuildResult) -> str:
     return ""
 
 
+def _nothing_ran(plan, build: BuildResult, start, reason: str, *, rule: str, title: str, explanation: str,
+                 test: str, target: str) -> Report:
+    """Nothing of the change ran: one environment verdict (neutral) says why, every planned
+    suite run is `not_run` with that reason, and a note says so."""
+    failure = Failure(line=reason, line_no=0, category="import_or_env", environment=True, rule=rule,
+                      title=title, explanation=explanation)
+    verdict = Verdict(suite="environment", test=test, target=target, base="-", head="not_run",
+                      verdict="environment", failure=failure)
+    results = [SuiteResult(suite=name, target=t, commit=plan.head, status="not_run", reason=reason)
+               for name in plan.suites for t in plan.targets]
+    if not any(reason in note for note in plan.notes):
+        plan.notes.append(f"Nothing of this change was run: {reason}.")
+    return _report(plan, build, [verdict], results, start, base_cached=False)
+
+
 def _environment_failed(plan, build: BuildResult, side: str, start) -> Report:
     """The head's environment could not be made: nothing of the change ran, and the one verdict
     says why, naming the environment (never the change)."""
     reason = (f"could not build the merge base {build.commit[:12]}: {build.reason}" if side == "merge base"
               else f"could not make the head's environment: {build.reason}")
-    failure = Failure(line=reason, line_no=0, category="import_or_env", environment=True, rule="environment",
-                      title="The commit's environment could not be made",
-                      explanation="Each side runs on its own commit's Python tree, compiled parts and torch; "
-                                  "this one could not be made on this worker.")
-    verdict = Verdict(suite="environment", test=f"{side} {build.commit[:12]}", target="build", base="-",
-                      head="not_run", verdict="environment", failure=failure)
-    results = [SuiteResult(suite=name, target=target, commit=plan.head, status="not_run", reason=reason)
-               for name in plan.suites for target in plan.targets]
-    plan.notes.append(f"Nothing of this change was run: {reason}.")
-    return _report(plan, build, [verdict], results, start, base_cached=False)
+    return _nothing_ran(plan, build, start, reason, rule="environment",
+                        title="The commit's environment could not be made",
+                        explanation="Each side runs on its own commit's Python tree, compiled parts and torch; "
+                                    "this one could not be made on this worker.",
+                        test=f"{side} {build.commit[:12]}", target="build")
 
 
 def _refused(plan, reason: str, start) -> Report:
     """A tree with a path that cannot be a file name (`..`, absolute, `.git`, a control
     character): nothing of it is written or run, and the one verdict says why. It is the
-    `environment` verdict (neutral, nothing ran), never a test's failure."""
-    failure = Failure(line=reason, line_no=0, category="import_or_env", environment=True, rule="refused",
-                      title="The change was refused: its tree holds a path that cannot be a file name",
-                      explanation="Paths from a change are data: etriage writes none that has an empty, `.`, "
-                                  "`..` or `.git` component, a leading `/`, or a control character in it.")
-    verdict = Verdict(suite="environment", test=f"head {plan.head[:12]}", target="plan", base="-",
-                      head="not_run", verdict="environment", failure=failure)
-    results = [SuiteResult(suite=name, target=target, commit=plan.head, status="not_run", reason=reason)
-               for name in plan.suites for target in plan.targets]
-    if not any(reason in note for note in plan.notes):
-        plan.notes.append(f"Nothing of this change was run: {reason}.")
+    `environment` verdict (neutral, nothing ran), never a test's failure; the report gives it
+    its own headline and section (tasks/pipeline/report.py)."""
     plan.refused = reason
     build = BuildResult(status="skipped", kind="none", commit=plan.head, reason=reason)
-    return _report(plan, build, [verdict], results, start, base_cached=False)
+    return _nothing_ran(plan, build, start, reason, rule="refused",
+                        title="The change was refused: its tree holds a path that cannot be a file name",
+                        explanation="Paths from a change are data: etriage writes none that has an empty, `.`, "
+                                    "`..` or `.git` component, a leading `/`, or a control character in it.",
+                        test=f"head {plan.head[:12]}", target="plan")
 
 
 def _toolchains(plan, tables: Tables, targets: dict) -> tuple[str, ...]:
