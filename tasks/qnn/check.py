@@ -14,6 +14,8 @@ import time
 
 import torch
 
+from tasks.probes.runtime import LoadedProgram, to_pte
+from tasks.qnn import htp
 from tasks.qnn.sdk import MISMATCH
 
 
@@ -25,9 +27,6 @@ class AddRelu(torch.nn.Module):
 def main() -> int:
     result: dict = {"layout": "failed"}
     try:
-        from tasks.probes.runtime import LoadedProgram, to_pte
-        from tasks.qnn import htp
-
         inputs = (torch.randn(1, 8, 16, generator=torch.Generator().manual_seed(0)),
                   torch.randn(1, 8, 16, generator=torch.Generator().manual_seed(1)))
         start = time.monotonic()

@@ -218,7 +218,8 @@ def run_check(root: Path, python: str = sys.executable, timeout: float = 600) ->
     """tasks.qnn.check in a fresh interpreter with only this SDK in its environment (our own
     program, through the one door that starts programs): the JSON line it prints, or a failed
     verdict with its last words. The ABI break's words anywhere in its log make it a mismatch."""
-    from tasks.pipeline.sandbox import Sandbox, run_logged  # the pipeline's stack, only when checking
+    # deferred: the pipeline's sandbox module, only when checking (make install's status needs none of it)
+    from tasks.pipeline.sandbox import Sandbox, run_logged
 
     project = Path(__file__).resolve().parents[2]
     env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/nonexistent"), "LC_ALL": "C.UTF-8",
