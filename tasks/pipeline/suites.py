@@ -168,12 +168,13 @@ def run_each(target, runs: list[SuiteRun]) -> list[tuple[list[SuiteResult], floa
     return done
 
 
-def execute(run: SuiteRun, cmd: list[str], env: dict[str, str], junit: Path) -> SuiteResult:
-    """Run one command that writes `junit`; the result comes from that file."""
+def execute(run: SuiteRun, cmd: list[str], env: dict[str, str], junit: Path, readable=()) -> SuiteResult:
+    """Run one command that writes `junit`; the result comes from that file. `readable`: more
+    read-only paths than the run's own (a target's libraries)."""
     start = time.monotonic()
     log_path = junit.with_suffix(".log")
     done = run_logged(cmd, cwd=run.package_dir, env=env, log_path=log_path, timeout=run.timeout,
-                      sandbox=run.sandbox, python=run.python, readable=run.readable(), outputs=[junit])
+                      sandbox=run.sandbox, python=run.python, readable=[*run.readable(), *readable], outputs=[junit])
     result = SuiteResult(suite=run.suite.name, target=run.target, commit=run.build.commit,
                          status="ran", command=cmd, seconds=round(time.monotonic() - start, 2))
     tests = read_results(junit, run) if junit.is_file() and junit.stat().st_size else []

@@ -138,7 +138,7 @@ def test_every_key_a_table_may_set_has_its_record_field():
 def test_default_tables_load():
     tables = load_tables()
     assert {"multi_method", "mutable_buffer", "index_put", "probes", "qnn"} <= set(tables.suites)
-    assert tables.targets["qnn-sim"].requires_env == "QNN_SDK_ROOT"
+    assert tables.targets["qnn-htp-sim"].requires_env == "QNN_SDK_ROOT"
 
 
 def test_a_package_missing_at_head_and_base_alike_is_the_environments():

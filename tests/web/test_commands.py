@@ -90,12 +90,12 @@ def test_permissions_per_verb(world, verb, level, status):
 
 def test_accepted_commands_do_their_work(world):
     outcomes = world.comment("maintain", "\n".join([
-        "/etriage rerun all --target qnn-sim", "/etriage run multi_method on host", "/etriage run selected --all",
+        "/etriage rerun all --target qnn-htp-sim", "/etriage run multi_method on host", "/etriage run selected --all",
         '/etriage label "TRIAGE: LINT" "triage: multi-method"', '/etriage ignore 3fa9c1 --reason "known flaky"']))
     assert [o.status for o in outcomes] == ["accepted"] * 5
     assert world.triage_calls() == [
         dict(repo=REPO, pr=PR, head_sha=HEAD, base_ref="master", installation_id=99,
-             reason="rerun:all", targets=["qnn-sim"], suites=None),
+             reason="rerun:all", targets=["qnn-htp-sim"], suites=None),
         dict(repo=REPO, pr=PR, head_sha=HEAD, base_ref="master", installation_id=99,
              reason="run", targets=["host"], suites=["multi_method"]),
         dict(repo=REPO, pr=PR, head_sha=HEAD, base_ref="master", installation_id=99,
