@@ -132,7 +132,7 @@ def test_refusals_and_errors_make_one_reply_and_nothing_runs(world):
     [reply] = world.replies()
     assert reply.startswith("@write these commands were not run:\n")
     assert "unknown command 'rerunn'; did you mean 'rerun'?" in reply
-    assert ("unknown suite `nope`; known: `multi_method`, `mutable_buffer`, `index_put`, `probes`, `qnn`, "
+    assert ("unknown suite `nope`; known: `multi_method`, `mutable_buffer`, `index_put`, `probes`, `qnn_probes`, `qnn`, "
             "`selected`") in reply  # the catalogue's suites, named as the planner names them
     assert "unknown target `mars`" in reply
     assert "`wontfix` not in the allow-list" in reply
