@@ -104,7 +104,7 @@ def reproduce_command(suite: Suite, test: str) -> str:
     """What a developer types in a checkout to run this one test."""
     if suite.kind in ("pytest", "selected"):
         return f"python -m pytest {shlex.quote(test)}"
-    if suite.kind == "probes":
+    if suite.kind == "probes" or "tasks.probes" in suite.command:  # the QNN probes are a qnn suite
         probe_suite, _, probe = test.partition("::")
         return f"python -m tasks.probes --suite {probe_suite}" + (f" --probe {probe}" if probe else "")
     return " ".join(suite.command).replace("{python}", "python").replace("{test}", test)
@@ -140,7 +140,7 @@ def read_results(junit: Path, run: SuiteRun) -> list[TestResult]:
     results = []
     captured = captured_output(junit)
     for case in read_junit(junit):
-        if run.suite.kind == "probes":  # classname "probes.<probe suite>"
+        if run.suite.kind == "probes" or "tasks.probes" in run.suite.command:  # classname "probes.<probe suite>"
             test = f"{case.classname.removeprefix('probes.')}::{case.name}"
         else:
             test = node_id(case.classname, case.name, run.package_dir)
