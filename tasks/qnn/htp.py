@@ -6,8 +6,12 @@ error (the probe runner reports it as a skip, never as the change's failure).
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import importlib
 import os
+import sys
+import tempfile
 from typing import Any
 
 from tasks.probes.records import ProbeEnvironmentError
@@ -57,3 +61,52 @@ def quantizer(per_channel: bool = False):
 def delegate_ids(program) -> list[str]:
     """The backend ids of every delegate in an emitted program's methods."""
     return [d.id for plan in program.executorch_program.execution_plan for d in plan.delegates]
+
+
+class NativeLog:
+    """What QNN's C++ side printed while a block ran: its error lines (`<E>`, `ERROR`), bounded."""
+
+    MAX_LINES = 20
+    MAX_CHARS = 300
+
+    def __init__(self):
+        self.errors: list[str] = []
+
+    @property
+    def primary(self) -> str:
+        """The most specific line: an HTP op's own (`concat.cc:338::ERROR:...`) before the
+        delegate's summary of it (`<E> Graph forward failed ...`)."""
+        ops = [line for line in self.errors if "::ERROR:" in line]
+        return (ops or self.errors or ["no QNN error line"])[0]
+
+    def read(self, text: str) -> None:
+        for line in text.splitlines():
+            line = " ".join(line.split())
+            if ("<E>" in line or "ERROR" in line) and line not in self.errors and len(self.errors) < self.MAX_LINES:
+                self.errors.append(line[:self.MAX_CHARS])
+
+
+@contextlib.contextmanager
+def native_log():
+    """Capture file descriptors 1 and 2 while the block runs (QNN logs from C++, past Python's
+    sys.stdout); afterwards the text goes on to stderr and its error lines are in `.errors`."""
+    log = NativeLog()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield log
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            ctypes.CDLL(None).fflush(None)  # the simulator printf()s: C's buffer, not Python's
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)
+            sink.seek(0)
+            text = sink.read().decode(errors="replace")
+            sys.stderr.write(text)
+            log.read(text)
