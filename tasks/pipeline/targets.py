@@ -117,9 +117,9 @@ class QnnHtpSimTarget(HostTarget):
     the QNN libraries read-only. The SDK is a real one named by QNN_SDK_ROOT, else the one
     `make install` provisioned (tasks/qnn/sdk.py); only this target's runs are given it.
 
-    Suites with a `command` (the QNN probes) run it and read its JUnit XML. Suites of
-    test_qnn_delegate.py tests need a host `qnn_executor_runner`, which the wheel lacks and
-    etriage does not provide yet: not run, with that reason."""
+    Suites with a `command` run it and read its JUnit XML: the QNN probes, and the `tests` of
+    ExecuTorch's test_qnn_delegate.py in its x86 mode (tasks/qnn/delegate_tests.py, with the
+    host stand-in for `qnn_executor_runner`), given to pytest as node ids."""
 
     def sdk(self):
         return find_sdk(self.tool_env)
@@ -134,12 +134,20 @@ class QnnHtpSimTarget(HostTarget):
             return not_run(run, reason)
         if run.suite.kind not in self.spec.suite_kinds:
             return not_run(run, f"target {self.name} does not run {run.suite.kind} suites")
-        if not run.suite.command or run.suite.tests:
-            return not_run(run, f"{run.suite.name}: test_qnn_delegate.py's x86 mode needs a host qnn_executor_runner, "
-                                "which this worker does not have")
+        if not run.suite.command:
+            return not_run(run, f"target {self.name} runs only suites with a command; {run.suite.name} has none")
         junit = run.work_dir() / "junit.xml"
         cmd = suite_runner.template_command(run, junit)
+        if run.suite.tests:  # test_qnn_delegate.py's: the chosen ones, or the ones retried
+            cmd += [delegate_test_id(t) for t in run.node_ids or run.suite.tests]
         return suite_runner.execute(run, cmd, self.env_for(run, sdk.env()), junit, readable=[sdk.root])
+
+
+def delegate_test_id(test: str) -> str:
+    """A test_qnn_delegate.py test as a pytest node id of the copy delegate_tests runs: from the
+    suite's `Class.test_name` or a result's `test_qnn_delegate.Class::test_name`."""
+    head, _, name = test.rpartition("::") if "::" in test else test.rpartition(".")
+    return f"test_qnn_delegate.py::{head.rsplit('.', 1)[-1]}::{name}"
 
 
 KINDS = {"host": HostTarget, "qnn-htp-sim": QnnHtpSimTarget, "host-native": HostNativeTarget,

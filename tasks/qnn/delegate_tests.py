@@ -1,8 +1,8 @@
 """Run ExecuTorch's own `backends/qualcomm/tests/test_qnn_delegate.py` in its x86 mode.
 
-`python -m tasks.qnn.delegate_tests <executorch package dir> <work dir> -- <pytest args>`:
-copies the test module and its conftest out of the package (the change's tree or overlay) into
-`<work dir>`, with the `executorch.examples.models.*` imports guarded (they need torchvision,
+`python -m tasks.qnn.delegate_tests <executorch package dir> -- <pytest args>`: copies the test
+module and its conftest out of the package (the change's tree or overlay) into a temporary
+directory (the sandbox's /tmp), with the `executorch.examples.models.*` imports guarded (they need torchvision,
 torchsr, timm, torchaudio at import time; PyPI's torchvision is a CUDA build and must not enter
 the venv), writes a launcher for the host stand-in runner (tasks/qnn/executor_runner.py) and
 runs pytest there with the environment the tests' conftest reads. QNN_SDK_ROOT must be set.
@@ -15,6 +15,7 @@ import re
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 EXAMPLE_IMPORT = re.compile(r"^from executorch\.examples\.models\.[\w.]+ import \w+\n", re.M)
@@ -55,16 +56,19 @@ def environment(work: Path, runner: Path, executorch_root: Path) -> dict[str, st
 
 
 def main(argv: list[str]) -> int:
-    if "--" not in argv or len(argv[:argv.index("--")]) != 2:
-        print(__doc__.splitlines()[2], file=sys.stderr)
+    if "--" not in argv or len(argv[:argv.index("--")]) != 1:
+        print("usage: python -m tasks.qnn.delegate_tests <executorch package dir> -- <pytest args>", file=sys.stderr)
         return 2
-    package, work = (Path(a).resolve() for a in argv[:2])
+    package = Path(argv[0]).resolve()
     if not os.environ.get("QNN_SDK_ROOT"):
         print("QNN SDK unavailable (QNN_SDK_ROOT is not set for this run)", file=sys.stderr)
         return 2
-    runner = prepare(package, work)
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_qnn_delegate.py", *argv[argv.index("--") + 1:]]
-    return subprocess.run(cmd, cwd=work, env=environment(work, runner, package)).returncode
+    pytest_args = argv[argv.index("--") + 1:] or ["test_qnn_delegate.py"]
+    with tempfile.TemporaryDirectory(prefix="qnn-delegate-tests-") as tmp:
+        work = Path(tmp)
+        runner = prepare(package, work)
+        cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *pytest_args]
+        return subprocess.run(cmd, cwd=work, env=environment(work, runner, package)).returncode
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ def read_inputs(line: str, meta, cwd: Path) -> list:
 
 def main(argv: list[str] | None = None) -> int:
     args, ignored = parse(sys.argv[1:] if argv is None else argv)
-    wanted = [flag for flag in ignored if flag.split("=")[0] in UNSUPPORTED]
+    wanted = [flag.split("=")[0] for flag in ignored if flag.split("=")[0] in UNSUPPORTED]
     if wanted:
         print(f"qnn_executor_runner (etriage host stand-in): {', '.join(wanted)} not emulated", flush=True)
         return 2
