@@ -131,3 +131,25 @@ def test_executorchs_own_qnn_test_passes_in_x86_mode_with_the_stand_in(tmp_path)
     cases = list(ET.parse(junit).getroot().iter("testcase"))
     assert [c.get("name") for c in cases] == ["test_qnn_backend_relu"]
     assert not [child.tag for c in cases for child in c if child.tag in ("failure", "error", "skipped")]
+
+
+@pytest.mark.slow
+@needs_sdk
+def test_the_qnn_suite_runs_on_the_target_in_the_sandbox(tmp_path):
+    """qnn-htp-sim runs a test_qnn_delegate.py test of the installed package in the sandbox, the
+    SDK read-only, and reads the result from its JUnit XML (about a minute)."""
+    from tasks.records import BuildResult
+    from tasks.pipeline.suites import SuiteRun
+    from tasks.pipeline.tables import load_tables
+    from tasks.pipeline.targets import make_target
+
+    tables = load_tables()
+    package = installed_package_dir(sys.executable)
+    build = BuildResult(status="ok", kind="overlay", commit="0" * 40, package_dir=str(package))
+    tmp_path.chmod(0o755)  # the sandbox's user writes the JUnit XML under it
+    run = SuiteRun(tables.suites["qnn"], build, "qnn-htp-sim", tmp_path,
+                   node_ids=("TestQNNFloatingPointOperator.test_qnn_backend_relu",))
+    result = make_target(tables.targets["qnn-htp-sim"], {}).run(run)
+    assert result.status == "ran", (result.reason, result.log_excerpt)
+    assert [(t.test.rsplit("::", 1)[-1], t.outcome) for t in result.tests] == [("test_qnn_backend_relu", "passed")]
+    assert "test_qnn_delegate.py::TestQNNFloatingPointOperator::test_qnn_backend_relu" in result.command
