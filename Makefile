@@ -6,11 +6,14 @@ STAMP  := $(VENV)/.etriage-installed
 
 .PHONY: install run test test-slow bench clean
 
-$(STAMP): pyproject.toml scripts/system-deps.sh
+$(STAMP): pyproject.toml scripts/system-deps.sh tasks/qnn/sdk.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
 	bash scripts/system-deps.sh
+	# QNN's x86 HTP libraries from PyPI's pinned onnxruntime-qnn wheel into $(VENV)/qnn-sdk (docs/QNN.md).
+	# Not provisioned: the qnn-htp-sim target reports itself unavailable, an environment verdict.
+	$(PY) -m tasks.qnn provision || echo "make install: QNN not provisioned; qnn-htp-sim will be unavailable" >&2
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -23,7 +23,7 @@ EXPIRE_RUNS = "etriage.expire_runs"
 WARM_ENVIRONMENT = "etriage.warm_environment"  # a pushed branch tip's environment, on `build`
 
 # Queues are per resource: `triage` (planning, CI-log classification, reporting, commands),
-# `build` (rebuild + host suites), `emulator` (qnn-sim), `device` (phones).
+# `build` (rebuild + host suites), `emulator` (qnn-htp-sim), `device` (phones).
 QUEUES = ("triage", "build", "emulator", "device")
 
 

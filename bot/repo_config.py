@@ -9,7 +9,7 @@ on with defaults and devices are off (device runs need a pool and a deliberate o
 ```yaml
 triage:                     # triage pull requests
   suites: [multi_method, mutable_buffer]
-  targets: [host, host-native, qnn-sim]
+  targets: [host, host-native, qnn-htp-sim]
   paths: {"third-party/qnn/**": qualcomm}   # path glob -> backend, before the built-in table
   trusted: [octocat]        # GitHub logins whose PRs' code runs without ok-to-test (besides
                             # everyone with write access); see docs/SANDBOX.md
@@ -75,7 +75,7 @@ class Target:
 
 class TriageConfig(ym.StrictModel):
     suites: tuple[Name, ...] = ("multi_method", "mutable_buffer")
-    targets: tuple[Name, ...] = ("host", "host-native", "qnn-sim")
+    targets: tuple[Name, ...] = ("host", "host-native", "qnn-htp-sim")
     paths: Mapping[ym.Str, Backend] = Field(default_factory=dict)  # glob -> backend
     trusted: tuple[Login, ...] = ()  # logins whose changes run without a maintainer's ok-to-test
     # selected tests' time budget; None: the tables' default

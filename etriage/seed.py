@@ -26,7 +26,7 @@ from triage_rules.fingerprint import fingerprint
 
 PUBLIC, PRIVATE = "pytorch/executorch", "qualcomm/executorch-qnn-internal"
 HOSTILE_TITLE = '<script>alert("pwned")</script> [QNN] multi-method: share the KV cache & <b>bold</b>'
-TARGETS = ("host", "qnn-sim", "android-sm8650", "android-sm8750")
+TARGETS = ("host", "qnn-htp-sim", "android-sm8650", "android-sm8750")
 ENVIRONMENT = {"device_infra", "ci_infra", "qnn_sdk_or_toolchain", "import_or_env"}
 TRIGGERS = ("pull_request", "pull_request", "pull_request", "rerun", "comment:run", "workflow_run")
 SUITE_TESTS = {
@@ -51,7 +51,7 @@ SUITE_TESTS = {
                        "embedding", "slice_copy", "cat", "sdpa", "rope", "kv_cache_update")],
 }
 SUITES_OF_TARGET = {"host": ("multi_method", "mutable_buffer", "index_put", "probes"),
-                    "qnn-sim": ("qnn", "multi_method", "mutable_buffer"),
+                    "qnn-htp-sim": ("qnn", "multi_method", "mutable_buffer"),
                     "android-sm8650": ("qnn",), "android-sm8750": ("qnn",)}
 TITLES = ["[QNN] lower prefill and decode as two methods", "Fix constant propagation of mutated buffers",
           "[XNNPACK] partitioner: skip index_put with accumulate", "exir: memory planning for shared caches",
@@ -153,7 +153,7 @@ def seed(history: History, *, runs: int = 300, results: int = 6000, days: int = 
             status = "failed"
         elif age < timedelta(hours=1) and n % 7 == 0:
             status = "running"
-        target = rng.choice(TARGETS if rng.random() < 0.4 else ("host", "qnn-sim"))
+        target = rng.choice(TARGETS if rng.random() < 0.4 else ("host", "qnn-htp-sim"))
         suites = SUITES_OF_TARGET[target]
         chosen = [(s, t, target) for s in suites for t in SUITE_TESTS[s]]
         chosen = rng.sample(chosen, min(len(chosen), per_run)) if len(chosen) >= per_run else \

@@ -21,7 +21,7 @@ def test_every_target_has_a_queue_and_devices_go_to_the_device_queue():
     assert set(tables.targets) <= set(DEFAULT_TARGETS)
     for name, target in catalogue.targets().items():
         assert target.queue in queues.QUEUES, name
-    assert queues.target_queue("host") == "build" and queues.target_queue("qnn-sim") == "emulator"
+    assert queues.target_queue("host") == "build" and queues.target_queue("qnn-htp-sim") == "emulator"
     devices = [name for name, t in DEFAULT_TARGETS.items() if t.kind == "device"]
     assert devices and all(queues.target_queue(name) == "device" and DEFAULT_TARGETS[name].soc for name in devices)
 
@@ -67,7 +67,7 @@ TABLE_MISTAKES = [
     ("recipes.yaml", '    inputs: ["*.py"', '    input: ["*.py"', "input:",
      "recipes.overlay: unknown key 'input' (did you mean 'inputs'?)"),
     ("targets.yaml", "    suite_kinds: [qnn]\n", "    suite_kinds: [qnn, unit]\n", "suite_kinds: [qnn, unit]",
-     "targets.qnn-sim.suite_kinds[1]: 'unit' is not one of pytest, probes, qnn, selected, cxx"),
+     "targets.qnn-htp-sim.suite_kinds[1]: 'unit' is not one of pytest, probes, qnn, selected, cxx"),
     ("targets.yaml", "    soc: SM8650\n", "", "android-sm8650:",
      "devices.android-sm8650: missing required key 'soc'"),
     ("areas.yaml", "    backends: from_path\n", "    backends: from_paths\n", "backends: from_paths",

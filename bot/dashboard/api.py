@@ -179,7 +179,7 @@ SCHEMAS.update({
 _FILTER_PARAMETERS = [
     {"name": "repo", "in": "query", "schema": STR, "description": "owner/name"},
     {"name": "backend", "in": "query", "schema": STR, "description": "portable, xnnpack, qualcomm"},
-    {"name": "target", "in": "query", "schema": STR, "description": "host, qnn-sim, android-<soc>"},
+    {"name": "target", "in": "query", "schema": STR, "description": "host, qnn-htp-sim, android-<soc>"},
     {"name": "category", "in": "query", "schema": STR, "description": "a failure category"},
     {"name": "days", "in": "query", "schema": {"type": "integer", "enum": list(WINDOWS)}},
     {"name": "page", "in": "query", "schema": {"type": "integer", "minimum": 1}},

@@ -4,7 +4,7 @@
     build.py     overlay (overlay.py) for Python changes, CMake recipes for native ones
     select.py    tests the change can affect (reverse import graph, focus words, budget)
     suites.py    suite definitions -> commands; JUnit XML -> TestResult
-    targets.py   where suites run: host (ExecuTorch pybindings), qnn-sim (needs QNN_SDK_ROOT)
+    targets.py   where suites run: host (ExecuTorch pybindings), qnn-htp-sim (needs QNN_SDK_ROOT)
     base.py      merge-base outcomes for head's failures only (per-test cache per merge base)
     durations.py learned test-file/test costs from JUnit (selection budget)
     pytest_plugin/etriage_pytest.py  in-run test filter (`only`) and selected-test time budget

@@ -39,8 +39,9 @@ PASS_THROUGH = ("QNN_SDK_ROOT", "ANDROID_NDK_ROOT", "LD_LIBRARY_PATH")
 SANDBOX_UID = 65534
 SANDBOX_USER = "etriage-sandbox"
 TASKS_DIR = Path(__file__).resolve().parents[1]
-# etriage's own code a sandboxed run imports: `python -m tasks.probes` and the pytest plugin.
-OWN_CODE = (TASKS_DIR / "__init__.py", TASKS_DIR / "probes", TASKS_DIR / "pipeline" / "pytest_plugin")
+# etriage's own code a sandboxed run imports: `python -m tasks.probes` (its QNN probes use
+# tasks/qnn/) and the pytest plugin.
+OWN_CODE = (TASKS_DIR / "__init__.py", TASKS_DIR / "probes", TASKS_DIR / "qnn", TASKS_DIR / "pipeline" / "pytest_plugin")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime")
 
 

@@ -105,7 +105,7 @@ def reproduce_command(suite: Suite, test: str) -> str:
     """What a developer types in a checkout to run this one test."""
     if suite.kind in ("pytest", "selected"):
         return f"python -m pytest {shlex.quote(test)}"
-    if suite.kind == "probes":
+    if suite.kind == "probes" or "tasks.probes" in suite.command:  # the QNN probes are a qnn suite
         probe_suite, _, probe = test.partition("::")
         return f"python -m tasks.probes --suite {probe_suite}" + (f" --probe {probe}" if probe else "")
     return " ".join(suite.command).replace("{python}", "python").replace("{test}", test)
@@ -152,7 +152,7 @@ def read_results(junit: Path, run: SuiteRun) -> list[TestResult]:
     cases = read_junit(junit)  # first: it names a malformed file's line and column
     captured = captured_output(junit)
     for case in cases:
-        if run.suite.kind == "probes":  # classname "probes.<probe suite>"
+        if run.suite.kind == "probes" or "tasks.probes" in run.suite.command:  # classname "probes.<probe suite>"
             test = f"{case.classname.removeprefix('probes.')}::{case.name}"
         else:
             test = node_id(case.classname, case.name, run.package_dir)
@@ -180,12 +180,13 @@ def run_each(target, runs: list[SuiteRun]) -> list[tuple[list[SuiteResult], floa
     return done
 
 
-def execute(run: SuiteRun, cmd: list[str], env: dict[str, str], junit: Path) -> SuiteResult:
-    """Run one command that writes `junit`; the result comes from that file."""
+def execute(run: SuiteRun, cmd: list[str], env: dict[str, str], junit: Path, readable=()) -> SuiteResult:
+    """Run one command that writes `junit`; the result comes from that file. `readable`: more
+    read-only paths than the run's own (a target's libraries)."""
     start = time.monotonic()
     log_path = junit.with_suffix(".log")
     done = run_logged(cmd, cwd=run.package_dir, env=env, log_path=log_path, timeout=run.timeout,
-                      sandbox=run.sandbox, python=run.python, readable=run.readable(), outputs=[junit])
+                      sandbox=run.sandbox, python=run.python, readable=[*run.readable(), *readable], outputs=[junit])
     result = SuiteResult(suite=run.suite.name, target=run.target, commit=run.build.commit,
                          status="ran", command=cmd, seconds=round(time.monotonic() - start, 2))
     unreadable = ""

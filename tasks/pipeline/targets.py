@@ -4,23 +4,22 @@
     Target.run(run: SuiteRun) -> SuiteResult
 
 `host` runs on this machine against the ExecuTorch Python bindings (portable kernels +
-XNNPACK). `qnn-sim` needs the proprietary QNN SDK: without QNN_SDK_ROOT it reports itself
-unavailable and never imports executorch.backends.qualcomm. Android/ssh targets slot in
-beside these later.
+XNNPACK). `qnn-htp-sim` lowers to QNN HTP and runs on QAIRT's x86 simulator: without a QNN SDK
+(QNN_SDK_ROOT, or the one `make install` provisions) it reports itself unavailable and nothing
+imports executorch.backends.qualcomm. Device targets: device_target.py.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import replace
-from pathlib import Path
 
 from tasks.pipeline import suites as suite_runner
 from tasks.pipeline.device_target import DeviceTarget
 from tasks.pipeline.native_target import HostNativeTarget
-from tasks.pipeline.sandbox import LOG_READ, run_logged, scrubbed_env
+from tasks.pipeline.sandbox import scrubbed_env
 from tasks.pipeline.suites import SuiteRun
 from tasks.pipeline.tables import Suite, TargetSpec
-from tasks.records import SuiteResult, TestResult
+from tasks.qnn.sdk import find_sdk
+from tasks.records import SuiteResult
 
 
 def not_run(run: SuiteRun, reason: str) -> SuiteResult:
@@ -115,48 +114,46 @@ def _split(combined: SuiteResult, runs: list[SuiteRun]) -> list[SuiteResult]:
     return results
 
 
-class QnnSimTarget(HostTarget):
-    """QNN HTP simulator on x86. test_qnn_delegate.py is a unittest script with its own
-    argument parser, so each test runs as its own command; its unittest summary is read.
-    Untested here: no QNN SDK on these machines."""
+class QnnHtpSimTarget(HostTarget):
+    """QNN's HTP backend on x86: the change's Python lowers to HTP (QnnPartitioner) and the
+    .pte runs on QAIRT's x86 HTP simulator through the ExecuTorch runtime, in the sandbox with
+    the QNN libraries read-only. The SDK is a real one named by QNN_SDK_ROOT, else the one
+    `make install` provisioned (tasks/qnn/sdk.py); only this target's runs are given it.
+
+    Suites with a `command` run it and read its JUnit XML: the QNN probes, and the `tests` of
+    ExecuTorch's test_qnn_delegate.py in its x86 mode (tasks/qnn/delegate_tests.py, with the
+    host stand-in for `qnn_executor_runner`), given to pytest as node ids."""
+
+    def sdk(self):
+        return find_sdk(self.tool_env)
 
     def available(self) -> tuple[bool, str]:
-        sdk = self.tool_env.get(self.spec.requires_env or "QNN_SDK_ROOT", "")
-        if not sdk:
-            return False, "QNN SDK unavailable (QNN_SDK_ROOT is not set on this worker)"
-        if not Path(sdk).is_dir():
-            return False, f"QNN SDK unavailable (QNN_SDK_ROOT={sdk} does not exist)"
-        return True, ""
+        sdk, reason = self.sdk()
+        return (True, "") if sdk else (False, reason)
 
     def run(self, run: SuiteRun) -> SuiteResult:
-        ok, reason = self.available()
-        if not ok:
+        sdk, reason = self.sdk()
+        if sdk is None:
             return not_run(run, reason)
         if run.suite.kind not in self.spec.suite_kinds:
             return not_run(run, f"target {self.name} does not run {run.suite.kind} suites")
-        result = SuiteResult(suite=run.suite.name, target=self.name, commit=run.build.commit, status="ran")
-        env = self.env_for(run)
-        sdk = Path(self.tool_env.get(self.spec.requires_env or "QNN_SDK_ROOT", ""))
-        for test in run.node_ids or run.suite.tests:
-            work = run.work_dir()
-            (work / "artifacts").mkdir(exist_ok=True)
-            cmd = suite_runner.template_command(
-                run, work / "junit.xml", test=test, device="", host="",
-                build_folder=run.values.get("build_folder", str(run.package_dir / "build-x86")),
-                artifact_dir=str(work / "artifacts"))
-            done = run_logged(cmd, cwd=run.package_dir, env=env, log_path=work / f"{test}.log",
-                              timeout=run.timeout, sandbox=run.sandbox, python=run.python,
-                              readable=[*run.readable(), sdk], writable=[work / "artifacts"])
-            log = done.tail(LOG_READ)
-            outcome = "passed" if re.search(r"^OK\b", log, re.M) else "error" if done.returncode is None else "failed"
-            result.tests.append(TestResult(suite=run.suite.name, test=test, target=self.name,
-                                           outcome=outcome, text=log[-suite_runner.TEXT_LIMIT:],
-                                           seconds=round(done.seconds, 2)))
-            result.command = cmd
-        return result
+        if not run.suite.command:
+            return not_run(run, f"target {self.name} runs only suites with a command; {run.suite.name} has none")
+        junit = run.work_dir() / "junit.xml"
+        cmd = suite_runner.template_command(run, junit)
+        if run.suite.tests:  # test_qnn_delegate.py's: the chosen ones, or the ones retried
+            cmd += [delegate_test_id(t) for t in run.node_ids or run.suite.tests]
+        return suite_runner.execute(run, cmd, self.env_for(run, sdk.env()), junit, readable=[sdk.root])
 
 
-KINDS = {"host": HostTarget, "qnn-sim": QnnSimTarget, "host-native": HostNativeTarget,
+def delegate_test_id(test: str) -> str:
+    """A test_qnn_delegate.py test as a pytest node id of the copy delegate_tests runs: from the
+    suite's `Class.test_name` or a result's `test_qnn_delegate.Class::test_name`."""
+    head, _, name = test.rpartition("::") if "::" in test else test.rpartition(".")
+    return f"test_qnn_delegate.py::{head.rsplit('.', 1)[-1]}::{name}"
+
+
+KINDS = {"host": HostTarget, "qnn-htp-sim": QnnHtpSimTarget, "host-native": HostNativeTarget,
          "ssh": DeviceTarget, "emulated": DeviceTarget, "android": DeviceTarget}  # device targets: tasks/pipeline/device_target.py
 
 

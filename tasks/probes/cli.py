@@ -6,11 +6,11 @@ import sys
 
 from tasks.probes import run_probes
 from tasks.probes.junit import write_junit
-from tasks.probes.records import SUITES
+from tasks.probes.records import GROUPS, SUITES
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--suite", default="all", choices=("all", *SUITES), help="which probes to run")
+    parser.add_argument("--suite", default="all", choices=(*GROUPS, *SUITES), help="which probes to run")
     parser.add_argument("--probe", action="append", metavar="NAME", help="run only this probe (repeatable)")
     parser.add_argument("--format", default="text", choices=("text", "json"))
     parser.add_argument("--junit-xml", metavar="PATH", help="also write JUnit XML here")

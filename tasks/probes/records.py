@@ -8,12 +8,19 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-SUITES: tuple[str, ...] = ("multi_method", "mutable_buffer")
+SUITES: tuple[str, ...] = ("multi_method", "mutable_buffer", "qnn_multi_method", "qnn_mutable_buffer", "qnn_ops")
+# What `--suite all` and `--suite qnn` run: the QNN probes need QNN_SDK_ROOT, which only the
+# qnn-htp-sim target's runs are given (tasks/qnn/).
+GROUPS: dict[str, tuple[str, ...]] = {"all": ("multi_method", "mutable_buffer"),
+                                      "qnn": ("qnn_multi_method", "qnn_mutable_buffer", "qnn_ops")}
 OUTCOMES: tuple[str, ...] = ("passed", "failed", "error", "skipped")
 # suite -> the triage category its failures belong to (ids from triage_rules.records.CATEGORIES)
 SUITE_CATEGORY: dict[str, str] = {
     "multi_method": "multi_method_lowering",
     "mutable_buffer": "mutable_buffer",
+    "qnn_multi_method": "multi_method_lowering",
+    "qnn_mutable_buffer": "mutable_buffer",
+    "qnn_ops": "qnn_op_validation",
 }
 
 

@@ -9,6 +9,7 @@ from typing import Callable
 
 from tasks.probes.records import (
     SUITE_CATEGORY,
+    GROUPS,
     SUITES,
     ProbeEnvironmentError,
     ProbeFailure,
@@ -34,10 +35,10 @@ SUITE_MODULES: dict[str, tuple[str, ...]] = {
 
 
 def registry(suite: str = "all") -> list[Probe]:
-    if suite != "all" and suite not in SUITES:
-        raise ValueError(f"unknown suite {suite!r} (choose from: all, {', '.join(SUITES)})")
+    if suite not in GROUPS and suite not in SUITES:
+        raise ValueError(f"unknown suite {suite!r} (choose from: {', '.join(GROUPS)}, {', '.join(SUITES)})")
     probes = []
-    for name in SUITES if suite == "all" else (suite,):
+    for name in GROUPS.get(suite, (suite,)):
         for module_name in SUITE_MODULES.get(name, (name,)):
             module = importlib.import_module(f"tasks.probes.{module_name}")
             path = f"tasks/probes/{module_name}.py"

@@ -39,7 +39,7 @@ def test_overview_shows_health_charts_prs_trunk_and_clusters(client, seeded_sqli
     for chart in charts:
         assert "<title>Pass rate per backend / target" in chart
         assert ">100%</text>" in chart and ">0%</text>" in chart  # a y axis with labels
-        assert "qualcomm / qnn-sim" in chart and "portable / host" in chart  # the legend
+        assert "qualcomm / qnn-htp-sim" in chart and "portable / host" in chart  # the legend
         assert "<polyline" in chart
     assert "Open pull requests with new failures" in html and links(html, "pr")
     assert links(html, "cluster")  # busiest clusters (and trunk ones) link to their pages

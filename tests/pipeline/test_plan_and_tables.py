@@ -48,14 +48,17 @@ CASES = [
     ("docs", write("docs/source/intro.md", "# new\n"), [], [], ["multi_method"], [], True),
     ("readme", write("README.md", "hi\n"), [], [], ["multi_method"], [], True),
     ("exir", write("exir/backend/backend_api.py"), ["portable", "qualcomm", "xnnpack"],
-     ["multi_method", "probes", "qnn"], ["index_put"], ["overlay"], False),
+     ["multi_method", "probes", "qnn", "qnn_probes"], ["index_put"], ["overlay"], False),
+    # the QNN suites (~60 s of HTP lowering) only for the exir paths QNN lowering reads
+    ("exir-dialects", write("exir/dialects/edge/_ops.py"), ["portable", "qualcomm", "xnnpack"],
+     ["multi_method", "probes"], ["qnn", "qnn_probes", "index_put"], ["overlay"], False),
     # index_put (~65 s) only for the mutable-buffer path: quantizers, passes, partitioners
     ("quantizer", write("backends/xnnpack/quantizer/xnnpack_quantizer.py"), ["xnnpack"],
      ["index_put", "multi_method", "probes"], ["qnn"], ["overlay"], False),
     ("passes", write("exir/passes/insert_write_back_for_buffers_pass.py"), ["portable", "qualcomm", "xnnpack"],
      ["index_put", "mutable_buffer"], [], ["overlay"], False),
     ("qnn", write("backends/qualcomm/qnn_preprocess.py"), ["qualcomm"],
-     ["qnn", "multi_method"], ["index_put"], ["overlay"], False),
+     ["qnn", "qnn_probes", "multi_method"], ["index_put"], ["overlay"], False),
     ("xnnpack-rename", rename("backends/xnnpack/partition/xnnpack_partitioner.py",
                               "backends/xnnpack/partition/partitioner.py"),
      ["xnnpack"], ["index_put"], ["qnn"], ["overlay"], False),
@@ -88,6 +91,8 @@ def test_plan_maps_paths_to_backends_suites_and_recipes(small_repo, gitkit, name
     assert plan.docs_only is docs_only
     if "index_put" in lacks and {"portable", "xnnpack"} & set(backends):
         assert any("index_put" in note for note in plan.notes), plan.notes  # says why it did not run
+    if "qnn_probes" in lacks and "qualcomm" in backends:
+        assert any("qnn_probes" in note for note in plan.notes), plan.notes
     assert plan.merge_base == gitkit.git(small_repo.path, "rev-parse", "main").strip()
     if not plan.suites:
         assert plan.notes  # says why nothing runs
@@ -138,7 +143,7 @@ def test_every_key_a_table_may_set_has_its_record_field():
 def test_default_tables_load():
     tables = load_tables()
     assert {"multi_method", "mutable_buffer", "index_put", "probes", "qnn"} <= set(tables.suites)
-    assert tables.targets["qnn-sim"].requires_env == "QNN_SDK_ROOT"
+    assert tables.targets["qnn-htp-sim"].requires_env == "QNN_SDK_ROOT"
 
 
 def test_a_package_missing_at_head_and_base_alike_is_the_environments():

@@ -49,16 +49,19 @@ def regression_overlay(patch: Path, dest: Path) -> Path:
     return root
 
 
-def overlay_misses(root: Path, modules: list[str], scratch: Path) -> list[str]:
+def overlay_misses(root: Path, modules: list[str], scratch: Path, qnn=None) -> list[str]:
     """The pipeline's check that `modules` import from the overlay, not site-packages: the
-    modules that do not (an empty list: the overlay wins)."""
+    modules that do not (an empty list: the overlay wins). `qnn` (a tasks.qnn.sdk.QnnSdk) is
+    needed to import executorch.backends.qualcomm at all."""
     scratch.mkdir(parents=True, exist_ok=True)
     for path in (scratch, root):
         path.chmod(0o755)  # the sandbox's user may read these
     ws = Workspace(repo=REPO_ROOT, python=sys.executable, installed=installed_package(), run_dir=scratch,
                    data_dir=scratch)
     env = scrubbed_env(scratch, sandbox=ws.sandbox, python=ws.python, pythonpath=[str(root)])
-    misses, note = overlay.verify_overlay(ws, env, root, root / overlay.PACKAGE, modules)
+    env.update(qnn.env() if qnn else {})
+    misses, note = overlay.verify_overlay(ws, env, root, root / overlay.PACKAGE, modules,
+                                          readable=[qnn.root] if qnn else [])
     assert not note, note
     return misses
 
@@ -69,7 +72,8 @@ def overlay_env(root: Path) -> dict[str, str]:
     return env
 
 
-def run_probe_subprocess(args: list[str], env: dict, cwd: Path, junit: Path) -> tuple[subprocess.CompletedProcess, ET.Element]:
+def run_probe_subprocess(args: list[str], env: dict, cwd: Path, junit: Path,
+                         readable: list[Path] = ()) -> tuple[subprocess.CompletedProcess, ET.Element]:
     """`python -m tasks.probes ...` in the sandbox, as the pipeline runs it (stdout and stderr kept
     apart for the tests); returns the process and JUnit root."""
     from tasks.pipeline.sandbox import Sandbox
@@ -82,7 +86,7 @@ def run_probe_subprocess(args: list[str], env: dict, cwd: Path, junit: Path) -> 
     junit.write_bytes(b"")
     sandbox.give([junit])
     argv = sandbox.command([sys.executable, "-m", "tasks.probes", *args, "--junit-xml", str(junit)],
-                           cwd=Path("/tmp"), python=sys.executable, readable=overlays, writable=[junit])
+                           cwd=Path("/tmp"), python=sys.executable, readable=[*overlays, *readable], writable=[junit])
     proc = subprocess.run(argv, env=dict(env, HOME="/tmp", TMPDIR="/tmp"), cwd="/", capture_output=True,
                           text=True, timeout=600)
     assert junit.stat().st_size, f"no JUnit written (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}"

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 
 import pytest
 
 from tasks.pipeline.overlay import module_name
+from tasks.qnn import sdk
 from tests.probes.conftest import (REGRESSIONS, installed_package, overlay_env, overlay_misses,
                                    regression_overlay, touched_files)
 
@@ -21,6 +23,11 @@ class Case:
     suite: str  # the --suite the probes run in ("all" to hold probes of both suites)
     failing: dict[str, list[str]]  # probe -> substrings its failure message must hold
     passing: tuple[str, ...] = ()
+    qnn: bool = False  # lowered to HTP and run on the x86 simulator: needs the QNN SDK (make install)
+
+
+def qnn_sdk():
+    return sdk.find_sdk({}, sdk.default_root(sys.prefix))[0]
 
 
 CASES = [
@@ -105,6 +112,20 @@ CASES = [
         passing=("per_method_partitioners", "two_methods_different_backends", "shared_nodes_across_delegates",
                  "kv_cache_fp", "kv_cache_quantized", "kv_cache_through_passes"),
     ),
+    Case(
+        "qnn_full_ignores_layout_transform",  # upstream 0ed5508a77 (PR #19359) reversed
+        "qnn_ops",
+        {
+            "layout_transformed_ops_on_htp": [
+                "ProbeFailure: [qnn_op_validation] conv + full/full_like/cat/softmax/mean over channels on QNN HTP: "
+                "the lowered graph failed on the HTP simulator: [1] concat.cc:338::ERROR:Oops, tensor 1 has "
+                "mismatched dim 2 (indim=4 outdim=6)",
+                "runtime: Failed to execute method forward",
+                "QNN: [ERROR] [Qnn ExecuTorch]: <E> Graph forward failed in execution with err 1100",
+            ]
+        },
+        qnn=True,
+    ),
 ]
 
 
@@ -122,15 +143,19 @@ def test_patch_applies_to_pristine_package(case, tmp_path):
 
 @pytest.mark.parametrize("case", CASES, ids=[c.patch for c in CASES])
 def test_probe_catches_regression(case, probe_subprocess, tmp_path):
+    qnn = qnn_sdk() if case.qnn else None
+    if case.qnn and qnn is None:
+        pytest.skip("QNN not provisioned (make install)")
     patch = REGRESSIONS / f"{case.patch}.patch"
     root = regression_overlay(patch, tmp_path)
     modules = [module_name(name) for name in touched_files(patch)]
     assert all(modules) and overlay_misses(root, [*modules, "executorch.exir.backend.backend_api"],
-                                           tmp_path / "verify") == [], "overlay must win"
+                                           tmp_path / "verify", qnn) == [], "overlay must win"
 
     probes = [*case.failing, *case.passing]
     args = ["--suite", case.suite] + [arg for p in probes for arg in ("--probe", p)]
-    proc, suite = probe_subprocess(args, overlay_env(root), tmp_path, tmp_path / "probes.xml")
+    env = overlay_env(root) | (qnn.env() if qnn else {})
+    proc, suite = probe_subprocess(args, env, tmp_path, tmp_path / "probes.xml", readable=[qnn.root] if qnn else [])
 
     assert proc.returncode == 1
     cases = {c.get("name"): c for c in suite.iter("testcase")}

@@ -22,6 +22,8 @@ FIXED_PROGRAMS = {
     "tasks/environments/registry.py": ("pip", "`python -m pip install --no-deps --only-binary=:all:` of a "
                                               "pinned registry release (wheels are unpacked, no build code runs; "
                                               "it needs the registry, which the sandbox shuts out)"),
+    "tasks/qnn/sdk.py": ("pip", "`python -m pip download --no-deps --only-binary=:all: onnxruntime-qnn==2.5.0` at "
+                                "`make install`: a pinned wheel, checked by its sha256 and only unzipped"),
 }
 OWN_PROCESSES = {"etriage/serve.py": "multiprocessing: `etriage serve` forks the bot's own web and worker"}
 SPAWNING = {("os", name) for name in ("system", "popen", "execv", "execve", "execvp", "execvpe", "execl",

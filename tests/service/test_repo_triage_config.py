@@ -71,8 +71,8 @@ def test_worker_suites_bound_the_repo_config(web, workers, payloads):
 
 
 def test_repo_config_targets_within_the_worker_targets(web, workers, payloads):
-    check, body = run(web, workers, payloads, "triage:\n  targets: [qnn-sim]\n")
-    assert "Not run: target(s) `qnn-sim` of .github/etriage.yml; this worker runs only " \
+    check, body = run(web, workers, payloads, "triage:\n  targets: [qnn-htp-sim]\n")
+    assert "Not run: target(s) `qnn-htp-sim` of .github/etriage.yml; this worker runs only " \
            "`host`, `host-native` (ETRIAGE_TARGETS)." in body
     assert check["conclusion"] == "neutral"
     assert web.store().results_for(REPO, web.head) == []

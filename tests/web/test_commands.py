@@ -104,12 +104,12 @@ def test_permissions_per_verb(world, verb, level, status):
 
 def test_accepted_commands_do_their_work(world):
     outcomes = world.comment("maintain", "\n".join([
-        "/etriage rerun all --target qnn-sim", "/etriage run multi_method on host", "/etriage run selected --all",
+        "/etriage rerun all --target qnn-htp-sim", "/etriage run multi_method on host", "/etriage run selected --all",
         '/etriage label "TRIAGE: LINT" "triage: multi-method"', '/etriage ignore 3fa9c1 --reason "known flaky"']))
     assert [o.status for o in outcomes] == ["accepted"] * 5
     assert world.triage_calls() == [
         dict(repo=REPO, pr=PR, head_sha=HEAD, base_ref="master", installation_id=99,
-             reason="rerun:all", targets=["qnn-sim"], suites=None, pushed_at=None),
+             reason="rerun:all", targets=["qnn-htp-sim"], suites=None, pushed_at=None),
         dict(repo=REPO, pr=PR, head_sha=HEAD, base_ref="master", installation_id=99,
              reason="run", targets=["host"], suites=["multi_method"], pushed_at=None),
         dict(repo=REPO, pr=PR, head_sha=HEAD, base_ref="master", installation_id=99,
@@ -146,7 +146,7 @@ def test_refusals_and_errors_make_one_reply_and_nothing_runs(world):
     [reply] = world.replies()
     assert reply.startswith("@write these commands were not run:\n")
     assert "unknown command 'rerunn'; did you mean 'rerun'?" in reply
-    assert ("unknown suite `nope`; known: `multi_method`, `mutable_buffer`, `index_put`, `probes`, `qnn`, "
+    assert ("unknown suite `nope`; known: `multi_method`, `mutable_buffer`, `index_put`, `probes`, `qnn_probes`, `qnn`, "
             "`selected`") in reply  # the catalogue's suites, named as the planner names them
     assert "unknown target `mars`" in reply
     assert "`wontfix` not in the allow-list" in reply

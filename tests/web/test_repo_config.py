@@ -45,7 +45,7 @@ def test_full_config():
     assert "qnn: multi-method" in config.allowed_labels()
     assert config.ci_logs.workflows == ("pull", "trunk") and config.ci_logs.max_bytes == 1048576
     assert config.device_targets() == {"android-sm8750-lab"}
-    assert set(config.suites) == {"multi_method", "mutable_buffer", "index_put", "probes", "qnn", "selected",
+    assert set(config.suites) == {"multi_method", "mutable_buffer", "index_put", "probes", "qnn_probes", "qnn", "selected",
                                   "cxx_tests", "my_suite", "bare_suite"}  # the catalogue's, then the file's
     assert config.suites["my_suite"].tests == ("backends/qualcomm/tests/test_qnn_delegate.py::TestQNNQuantizedUtils",)
     assert config.targets["android-sm8750-lab"] == Target("android-sm8750-lab", "device", "SM8750")
@@ -71,7 +71,7 @@ def test_no_file_means_defaults_and_no_devices():
     config = load(None)
     assert config == RepoConfig.defaults()
     assert config.triage.suites == ("multi_method", "mutable_buffer")
-    assert config.triage.targets == ("host", "host-native", "qnn-sim")
+    assert config.triage.targets == ("host", "host-native", "qnn-htp-sim")
     assert config.commands is not None and config.ci_logs is not None
     assert dict(config.labels) == DEFAULT_LABELS
     assert config.devices is None and config.device_targets() == frozenset()
@@ -140,7 +140,7 @@ ERRORS = [
     ("just text\n", "line 1: top level: must be a mapping"),
     # names that point nowhere
     ("triage:\n  suites: [multi_method, nope]\n", "line 2: triage.suites[1]: unknown suite 'nope'"),
-    ("triage:\n  targets:\n    - host\n    - qnn-sym\n", "line 4: triage.targets[1]: unknown target 'qnn-sym' (did you mean 'qnn-sim'?)"),
+    ("triage:\n  targets:\n    - host\n    - qnn-htp-sym\n", "line 4: triage.targets[1]: unknown target 'qnn-htp-sym' (did you mean 'qnn-htp-sim'?)"),
     ("devices:\n  targets: [host]\n", "line 2: devices.targets[0]: 'host' is not a device target"),
     # not YAML
     ("triage: [host\n", "line 2: not valid YAML: while parsing a flow sequence, expected ',' or ']'"),
