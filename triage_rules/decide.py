@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from triage_rules.model import Opinion
+from triage_rules.scorer import Opinion
 from triage_rules.records import CATEGORIES, Failure
 from triage_rules.rules import owners_of, rules_by_id
 

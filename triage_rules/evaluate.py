@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from triage_rules.corpus import TRAIN_FILE, CorpusError, Record, load_corpus
 from triage_rules.engine import add_opinions, classify_text, failure_of_excerpt
-from triage_rules.model import FailureModel, train
+from triage_rules.model import train
+from triage_rules.scorer import Scorer
 from triage_rules.records import CATEGORIES
 
 FOCUS = ("multi_method_lowering", "mutable_buffer", "qnn_sdk_or_toolchain", "qnn_op_validation", "device_infra")
@@ -74,7 +75,7 @@ def _ratio(part: int, whole: int) -> float | None:
     return round(part / whole, 4) if whole else None
 
 
-def evaluate(records: list[Record], model: FailureModel | None) -> Report:
+def evaluate(records: list[Record], model: Scorer | None) -> Report:
     report = Report()
     for record in records:
         found = classify_text(record.excerpt, failed=True, use_model=False)

@@ -5,7 +5,7 @@ import pytest
 
 from triage_rules.decide import decide
 from triage_rules.engine import classify_text
-from triage_rules.model import Opinion
+from triage_rules.scorer import Opinion
 from triage_rules.records import CATEGORIES
 
 
