@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from triage_rules.records import Failure, dump, load
 
-VERDICTS: tuple[str, ...] = ("new", "pre_existing", "flaky", "environment", "fixed")
+VERDICTS: tuple[str, ...] = ("new", "pre_existing", "flaky", "environment", "not_in_log", "fixed")
 
 
 class _Record:
@@ -169,6 +169,7 @@ class Verdict(_Record):
     log_excerpt: str = ""
     reproduce: str = ""
     ignored_reason: str = ""  # `/etriage ignore ... --reason`: a new failure a maintainer set aside
+    link: str = ""  # where the real error is to be read (a CI job's page), for `not_in_log`
 
     # What the renderers, the check run and the store key on, read from the Failure.
     @property

@@ -44,7 +44,7 @@ from triage_rules.records import dump
 
 log = logging.getLogger(__name__)
 FAILED = {"failure", "timed_out", "cancelled", "startup_failure"}
-COUNTED = ("new", "pre_existing", "flaky", "environment", "ignored", "fixed")  # verdicts in the headline
+COUNTED = ("new", "pre_existing", "flaky", "environment", "not_in_log", "ignored", "fixed")  # verdicts in the headline
 
 
 class Superseded(Exception):

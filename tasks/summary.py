@@ -13,7 +13,7 @@ from tasks.records import CiReport
 from triage_rules.records import dump, load
 
 VERDICT_ICONS = {"new": "❌", "pre_existing": "⚪", "flaky": "🔁", "environment": "🛠️",
-                 "fixed": "✅", "ignored": "🙈"}
+                 "fixed": "✅", "ignored": "🙈", "not_in_log": "❔"}
 SECTION_ORDER = ("pr", "ci")
 
 
@@ -43,7 +43,7 @@ class PublishPayload:
         return load(cls, data)
 
 
-HEADLINE_ORDER = ("pre_existing", "flaky", "environment", "ignored", "fixed")
+HEADLINE_ORDER = ("pre_existing", "flaky", "environment", "not_in_log", "ignored", "fixed")
 SECTION_TITLES = {"pr": "Rebuild and tests", "ci": "CI logs"}
 
 
@@ -112,6 +112,9 @@ def render_ci_section(report: CiReport) -> str:
         if verdict.verdict == "environment":
             lines.append("  The environment (runner, SDK, device or infrastructure) failed, "
                          "not this change.")
+        if verdict.verdict == "not_in_log":
+            lines.append("  The real error is not in this job's log (only its wrapper's exit line)"
+                         + (f": [open the job]({verdict.link})." if verdict.link else "."))
         if verdict.verdict == "ignored":
             lines.append(f"  Ignored by a maintainer (not counted): *{verdict.ignored_reason}*")
         lines.append(f"  ```\n  {failure.line.strip()}\n  ```")

@@ -66,6 +66,8 @@ def decide(failure: Failure, opinion: Opinion | None) -> None:
     guarded = None if failure.environment else guarded_area(failure.test or "")
     scores = {c: p + (WEIGHT[strength] if c == failure.category else 0.0) + (AREA_WEIGHT if c == guarded else 0.0)
               for c, p in probabilities.items()}
+    if rule is not None and rule.crash:  # a crash is what the change can cause: never excused
+        scores = {c: s for c, s in scores.items() if not category_texts()[c].get("environment")}
     chosen = max(scores, key=lambda c: (scores[c], c == failure.category))
     p_model = probabilities.get(chosen, 0.0)
     if guarded and chosen == guarded and chosen != failure.category:

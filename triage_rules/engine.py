@@ -195,6 +195,7 @@ def apply_rules(failure: Failure, evidence: tuple[str, ...] = (), job_name: str 
         failure.explanation = _fill(rule.explanation, values)
         failure.suggestion = _fill(rule.suggestion, values) if rule.suggestion else ""
         failure.environment = rule.environment
+        failure.error_not_in_log = rule.wrapper_only
         failure.owners = owners_of(rule.owners, failure.frames)
     if not failure.owners:
         failure.owners = owners_of((), failure.frames)

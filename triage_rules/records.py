@@ -59,6 +59,10 @@ class Failure:
     # True when the rule says the environment (SDK, runner, device, runtime build), not the
     # change under test, is at fault. The pipeline turns this into the `environment` verdict.
     environment: bool = False
+    # True when all the log offers is a CI wrapper's exit line (`Process completed with exit
+    # code 1`): the real error is not in this log. The pipeline says so (`not_in_log`), never
+    # `new` and never the environment.
+    error_not_in_log: bool = False
     # Other lines of the same incident (the extractor's evidence), for the model and readers.
     evidence: list[str] = field(default_factory=list)
     # How the category was decided: a rule's id, or "model" (the learned second opinion), and

@@ -24,6 +24,8 @@ def headline(report: Report) -> str:
     parts = [f"{new} new failure{'s' if new != 1 else ''} caused by this change",
              f"{s.get('pre_existing', 0)} pre-existing", f"{s.get('flaky', 0)} flaky",
              f"{s.get('environment', 0)} environment"]
+    if s.get("not_in_log"):
+        parts.append(f"{s['not_in_log']} with the real error not in the log")
     if s.get("fixed"):
         parts.append(f"{s['fixed']} fixed")
     if s.get("not_run"):
@@ -151,7 +153,9 @@ def to_markdown(report: Report, *, section_title: str | None = None) -> str:
         lines += [f"- `{v.test}` ({v.target}): {v.primary_line.strip()[:160]} — *{v.ignored_reason}*"
                   for v in by_verdict["ignored"]] + [""]
     for verdict, title in (("pre_existing", "Pre-existing failures (also fail at the merge base)"),
-                           ("flaky", "Flaky (failed, then passed on retry)"), ("fixed", "Fixed by this change")):
+                           ("flaky", "Flaky (failed, then passed on retry)"),
+                           ("not_in_log", "Real error not in the log (only a wrapper's exit line)"),
+                           ("fixed", "Fixed by this change")):
         if by_verdict[verdict]:
             lines += [f"{h} {title}", ""]
             lines += [f"- `{v.test}` ({v.target})" + (f": {v.primary_line.strip()[:160]}" if v.primary_line else "")
