@@ -31,6 +31,12 @@ class Outcome:
     confidence: float
     line_found: bool  # the primary line is the labelled failure line
     no_failure: bool  # without --failed the engine found nothing
+    unsure: bool = False  # the engine said "X or Y, unsure" (no label would be applied)
+    pair: tuple[str, ...] = ()  # the two categories it named then
+
+    @property
+    def right(self) -> bool:
+        return self.predicted == self.record.category
 
 
 @dataclass
@@ -68,7 +74,36 @@ class Report:
             "per_category": per,
             "confusion": {t: dict(row) for t, row in sorted(confusion.items())},
             "worst_pairs": [{"true": t, "predicted": p, "count": n} for (t, p), n in pairs.most_common(8)],
+            **sureness(self.outcomes),
         }
+
+
+RELIABILITY_BINS = (0.0, 0.5, 0.7, 0.8, 0.9, 1.01)
+
+
+def sureness(outcomes: list[Outcome]) -> dict:
+    """What a stated confidence is worth (the reliability table: per confidence band, how often
+    the category is right), how often the engine is unsure, and how precise the categories it
+    states as sure are: those become labels, so their precision matters more than coverage."""
+    table = []
+    for low, high in zip(RELIABILITY_BINS, RELIABILITY_BINS[1:]):
+        band = [o for o in outcomes if low <= o.confidence < high]
+        table.append({"band": f"{low:.1f}-{min(high, 1.0):.1f}", "n": len(band),
+                      "mean_confidence": _mean_float([o.confidence for o in band]),
+                      "accuracy": _ratio(sum(o.right for o in band), len(band))})
+    sure = [o for o in outcomes if not o.unsure]
+    unsure = [o for o in outcomes if o.unsure]
+    return {
+        "reliability": table,
+        "sure_share": _ratio(len(sure), len(outcomes)),
+        "sure_precision": _ratio(sum(o.right for o in sure), len(sure)),
+        # an unsure verdict names two categories: right when the true one is among them
+        "unsure_top_two": _ratio(sum(o.record.category in o.pair for o in unsure), len(unsure)),
+    }
+
+
+def _mean_float(values: list[float]) -> float | None:
+    return round(sum(values) / len(values), 3) if values else None
 
 
 def _ratio(part: int, whole: int) -> float | None:
@@ -85,11 +120,12 @@ def evaluate(records: list[Record], model: Scorer | None) -> Report:
         clean = classify_text(record.excerpt, use_model=False)
         report.outcomes.append(Outcome(
             record, failure.category, rules_only, failure.decided_by, failure.confidence,
-            line_found=failure.line.strip() == record.failure_line.strip(), no_failure=not clean))
+            line_found=failure.line.strip() == record.failure_line.strip(), no_failure=not clean,
+            unsure=bool(failure.unsure), pair=tuple(failure.unsure)))
     return report
 
 
-def cross_validate(records: list[Record], folds: int = 5, **params) -> list[dict]:
+def cross_validate(records: list[Record], folds: int = 5, **params) -> list[Report]:
     """Grouped K-fold by thread over `records`: per fold, train on the rest and evaluate."""
     from sklearn.model_selection import GroupKFold  # deferred: scikit-learn is heavy (model.py)
 
@@ -97,7 +133,7 @@ def cross_validate(records: list[Record], folds: int = 5, **params) -> list[dict
     results = []
     for fit_index, test_index in GroupKFold(n_splits=folds).split(records, groups=groups):
         model = train([records[i] for i in fit_index], failure_of_excerpt, **params)
-        results.append(evaluate([records[i] for i in test_index], model).summary())
+        results.append(evaluate([records[i] for i in test_index], model))
     return results
 
 
@@ -131,13 +167,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _mean(folds: list[dict]) -> dict:
+def _mean(reports: list[Report]) -> dict:
+    folds = [r.summary() for r in reports]
     keys = ("accuracy", "rules_only_accuracy", "decided_by_model", "no_failure_without_failed",
             "primary_line_is_labelled_line")
     out = {k: round(sum(f[k] or 0 for f in folds) / len(folds), 4) for k in keys}
     out["records"] = sum(f["records"] for f in folds)
     out["folds"] = [f["accuracy"] for f in folds]
     out["focus_accuracy"] = {c: _mean_of([f["focus_accuracy"][c] for f in folds]) for c in FOCUS}
+    out.update(sureness([o for r in reports for o in r.outcomes]))  # pooled over the folds
     return out
 
 
@@ -157,6 +195,12 @@ def render(summary: dict) -> str:
     if "decided_by_rule" in summary:
         lines.append(f"decided by a rule: {pct(summary['decided_by_rule'])}   by the model: {pct(summary['decided_by_model'])}")
     lines.append("focus categories: " + ", ".join(f"{c} {pct(v)}" for c, v in summary["focus_accuracy"].items()))
+    lines.append(f"sure (a label is applied): {pct(summary['sure_share'])} of records, precision "
+                 f"{pct(summary['sure_precision'])}; unsure ones name the true category among their two: "
+                 f"{pct(summary['unsure_top_two'])}")
+    lines.append("reliability (stated confidence -> how often right): " + "; ".join(
+        f"{row['band']}: n={row['n']}" + (f", mean {row['mean_confidence']:.2f}, right {pct(row['accuracy']).strip()}"
+                                          if row["n"] else "") for row in summary["reliability"]))
     if "per_category" in summary:
         lines.append("")
         lines.append(f"{'category':24} {'n':>4} {'precision':>9} {'recall':>7} {'rules':>7}")

@@ -24,8 +24,9 @@ import numpy as np
 from triage_rules.corpus import TRAIN_FILE, EVAL_FILE, Record, corpus_hash, load_corpus
 from triage_rules.records import Failure
 from triage_rules.scorer import Block, Opinion, Scorer, char_wb_ngrams
+from triage_rules.structure import found_in
 
-FEATURE_VERSION = "3"
+FEATURE_VERSION = "4"
 MAX_CONTEXT_CHARS = 4000
 CHAR_NGRAMS = (3, 5)
 CONTEXT_CHAR_NGRAMS = (4, 5)
@@ -47,6 +48,7 @@ def fields_of(failure: Failure, job_name: str | None = None) -> dict[str, str]:
         "frames": " ".join(f"{f.file} {f.function}" for f in failure.frames[-8:]),
         "test": failure.test or "",
         "job": job_name or "",
+        "structure": " ".join(found_in(failure)),
     }
 
 
@@ -78,6 +80,7 @@ def analyse(fields: dict[str, str]) -> list[str]:
     tokens += ["f:" + w for w in _words(fields["frames"])]
     tokens += ["t:" + w for w in _words(fields["test"])]
     tokens += ["j:" + w for w in _words(fields["job"])]
+    tokens += ["s:" + signal for signal in fields.get("structure", "").split()]
     tokens += sorted({"a:" + t.split(":", 1)[1] for t in tokens if t[0] in "lcftx"})
     return tokens
 

@@ -71,6 +71,13 @@ class Failure:
     decided_by: str = ""
     confidence: float = 0.0
     looks_like: list[dict] = field(default_factory=list)
+    # What decided the category, strongest first, as a reader would check it: the rule and its
+    # strength, the structural signals (frames, objects named), the failing test's area, the
+    # model's leading categories and its heaviest features. `explain` and `classify` show it.
+    decision: list[str] = field(default_factory=list)
+    # [category, runner-up] when the two are close or the confidence is low: the report says
+    # "X or Y, unsure" and no label is applied; empty when the engine is sure.
+    unsure: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dump(self)

@@ -40,6 +40,7 @@ class Neighbour:
 class Opinion:
     probabilities: dict[str, float]
     nearest: tuple[Neighbour, ...]
+    reasons: tuple[str, ...] = ()  # the features that weigh most for the top category
 
     @property
     def ranked(self) -> list[tuple[str, float]]:
@@ -123,7 +124,20 @@ class Scorer:
         full = {category: (1 - keep) / len(CATEGORIES) for category in CATEGORIES}
         for category, p in zip(self.classes, probs):
             full[category] += keep * float(p)
-        return Opinion(full, self._nearest(vector))
+        return Opinion(full, self._nearest(vector), self._reasons(vector, int(np.argmax(probs))))
+
+    def _reasons(self, vector: dict[int, float], klass: int, count: int = 4) -> tuple[str, ...]:
+        """The word-block features that pull most toward class `klass` (against the mean class)."""
+        width = len(self.blocks[0].vocabulary)
+        columns = [c for c in vector if c < width]
+        if not columns:
+            return ()
+        if not hasattr(self, "_terms"):
+            self._terms = sorted(self.blocks[0].vocabulary, key=self.blocks[0].vocabulary.get)
+        weights = self.coef[columns]
+        pull = np.array([vector[c] for c in columns]) * (weights[:, klass] - weights.mean(axis=1))
+        order = np.argsort(-pull, kind="stable")[:count]
+        return tuple(self._terms[columns[i]] for i in order if pull[i] > 0)
 
     def _nearest(self, vector: dict[int, float]) -> tuple[Neighbour, ...]:
         if not self.example_info:
