@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from triage_rules.records import Failure, dump, load
+from triage_rules.records import LABEL_CONFIDENCE, Failure, dump, load
 
 VERDICTS: tuple[str, ...] = ("new", "pre_existing", "flaky", "environment", "not_in_log", "fixed")
 
@@ -175,6 +175,23 @@ class Verdict(_Record):
     @property
     def category(self) -> str:
         return self.failure.category if self.failure else "other"
+
+    @property
+    def unsure(self) -> bool:
+        """The engine could not tell two categories apart: say both, label neither."""
+        return bool(self.failure and self.failure.unsure)
+
+    @property
+    def labelled(self) -> bool:
+        """Sure enough for its category to become a label on the PR (decide.LABEL_CONFIDENCE)."""
+        return bool(self.failure) and not self.unsure and self.failure.confidence >= LABEL_CONFIDENCE
+
+    @property
+    def category_words(self) -> str:
+        """`category`, or "`X` or `Y`, unsure" (markdown)."""
+        if self.unsure:
+            return " or ".join(f"`{c}`" for c in self.failure.unsure) + ", unsure"
+        return f"`{self.category}`"
 
     @property
     def fingerprint(self) -> str:

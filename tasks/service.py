@@ -466,7 +466,7 @@ def report_payload(head_sha: str, report: Report, notes=(), ignored: dict[str, s
         section = "\n".join([first, *(f"> {n}\n" for n in notes), rest])
     summary = "\n\n".join([headline(report), *notes])
     return PublishPayload(kind="pr", head_sha=head_sha, section=section,
-                          blame_categories=sorted({v.category for v in new}),
+                          blame_categories=sorted({v.category for v in new if v.labelled}),
                           counts={k: n for k in COUNTED if (n := report.summary.get(k, 0))},
                           check_conclusion=conclusion, check_title=title,
                           check_summary=summary, annotations=annotations, report=whole, notes=list(notes))
@@ -478,7 +478,8 @@ def ci_payload(report: CiReport, ignored: dict[str, str] | None = None) -> Publi
     compare.apply_ignores(report.results, ignored or {})
     return PublishPayload(kind="ci", head_sha=report.head, section=render_ci_section(report),
                           counts=ci_counts(report), report=whole,
-                          blame_categories=sorted({v.category for v in report.results if v.verdict == "new"}))
+                          blame_categories=sorted({v.category for v in report.results
+                                                   if v.verdict == "new" and v.labelled}))
 
 
 PAYLOADS = {  # kind -> (its stored record, how it is published): `republish` renders either again

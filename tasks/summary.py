@@ -107,7 +107,7 @@ def render_ci_section(report: CiReport) -> str:
         failure = verdict.failure
         icon = VERDICT_ICONS.get(verdict.verdict, "•")
         what = verdict.test or failure.title or failure.category
-        lines.append(f"- {icon} **{verdict.verdict.replace('_', '-')}** · `{failure.category}` · "
+        lines.append(f"- {icon} **{verdict.verdict.replace('_', '-')}** · {verdict.category_words} · "
                      f"job `{verdict.suite}` · {what}")
         if verdict.verdict == "environment":
             lines.append("  The environment (runner, SDK, device or infrastructure) failed, "

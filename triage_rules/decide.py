@@ -32,11 +32,12 @@ MODEL_FLOOR = 0.3  # the model overrules a weak rule only when at least this sur
 ENVIRONMENT_FLOOR = 0.6  # a model-decided infrastructure category blames the environment above this
 AREA_WEIGHT = 0.5
 STRUCTURE_WEIGHT = 0.4  # a structural signal's category (structure.yaml `points_to`)
-# Below this confidence, or with the runner-up's score this close, the verdict names both
-# categories and labels nothing (chosen by grouped cross-validation: `etriage eval --cv`).
-UNSURE_CONFIDENCE = 0.5
+# Below this (calibrated) confidence, or with the runner-up's score this close, the verdict
+# names both categories and labels nothing (a label also needs records.LABEL_CONFIDENCE).
+UNSURE_CONFIDENCE = 0.8
 UNSURE_MARGIN = 0.1
 CATEGORIES_FILE = Path(__file__).with_name("categories.yaml")
+CALIBRATION_FILE = Path(__file__).with_name("calibration.yaml")
 # What a failing test guards, read from its id (pytest node id, unittest id, probe name).
 GUARDS = {
     "multi_method_lowering": re.compile(r"(?i)multi_?method|multi_graphs?|two_methods|to_backend_multi"),
@@ -53,7 +54,26 @@ def category_texts() -> dict[str, dict]:
     return data
 
 
-def decide(failure: Failure, opinion: Opinion | None) -> None:
+@functools.lru_cache(maxsize=1)
+def calibration() -> tuple[tuple[float, float], ...]:
+    """(raw confidence upper bound, how often right) knots, fitted by `etriage eval --cv 5
+    --calibrate` on the training part; empty (no calibration) when the file is absent."""
+    if not CALIBRATION_FILE.exists():
+        return ()
+    data = yaml.safe_load(CALIBRATION_FILE.read_text(encoding="utf-8")) or {}
+    return tuple((float(upper), float(right)) for upper, right in data.get("knots", []))
+
+
+def calibrated(raw: float, knots: tuple[tuple[float, float], ...] | None = None) -> float:
+    """A stated confidence that is right about as often as it says: the fitted step function."""
+    knots = calibration() if knots is None else knots
+    for upper, right in knots:
+        if raw <= upper:
+            return right
+    return knots[-1][1] if knots else raw
+
+
+def decide(failure: Failure, opinion: Opinion | None, calibrate: bool = True) -> None:
     """Set the failure's category, decided_by, confidence and decision (the evidence, strongest
     first) from its rule, its structure, its test's area and the model's opinion; when another
     category wins over the rule's, the title, explanation, suggestion, owners and environment
@@ -110,6 +130,8 @@ def decide(failure: Failure, opinion: Opinion | None) -> None:
             failure.confidence = round(p_model, 3)
             if chosen != failure.category:
                 _relabel(failure, chosen)
+    if calibrate:
+        failure.confidence = round(calibrated(failure.confidence), 3)
     runner_up = next(c for c in ranked if c != failure.category)
     margin = scores.get(failure.category, 0.0) - scores[runner_up]
     if failure.confidence < UNSURE_CONFIDENCE or margin < UNSURE_MARGIN:

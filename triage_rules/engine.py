@@ -86,14 +86,16 @@ def failure_of_excerpt(text: str) -> Failure:
     return found[0] if found else Failure(line="", line_no=1, message="")
 
 
-def add_opinions(failures: list[Failure], job_name: str | None = None, model: Scorer | None = None) -> None:
+def add_opinions(failures: list[Failure], job_name: str | None = None, model: Scorer | None = None,
+                 calibrate: bool = True) -> None:
     """The model's opinion on each failure, folded into its category (decide). `model`: the
-    default one (trained on the shipped corpus) unless given."""
+    default one (trained on the shipped corpus) unless given; `calibrate=False` keeps the raw
+    confidence (what the calibration is fitted on)."""
     if model is None and failures:
         model = default_model(failure_of_excerpt)
     found = opinions(model, [fields_of(f, job_name) for f in failures]) if model else [None] * len(failures)
     for failure, opinion in zip(failures, found):
-        decide(failure, opinion)
+        decide(failure, opinion, calibrate)
 
 
 def empty_log_failure() -> Failure:

@@ -12,13 +12,16 @@ import json
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from triage_rules.corpus import TRAIN_FILE, CorpusError, Record, load_corpus
+from triage_rules.decide import CALIBRATION_FILE, calibration
 from triage_rules.engine import add_opinions, classify_text, failure_of_excerpt
 from triage_rules.model import train
 from triage_rules.scorer import Scorer
-from triage_rules.records import CATEGORIES
+from triage_rules.records import CATEGORIES, LABEL_CONFIDENCE
 
+MIN_STEP = 20  # records per calibration step at least: fewer say nothing reliable
 FOCUS = ("multi_method_lowering", "mutable_buffer", "qnn_sdk_or_toolchain", "qnn_op_validation", "device_infra")
 
 
@@ -92,11 +95,14 @@ def sureness(outcomes: list[Outcome]) -> dict:
                       "mean_confidence": _mean_float([o.confidence for o in band]),
                       "accuracy": _ratio(sum(o.right for o in band), len(band))})
     sure = [o for o in outcomes if not o.unsure]
+    labelled = [o for o in sure if o.confidence >= LABEL_CONFIDENCE]
     unsure = [o for o in outcomes if o.unsure]
     return {
         "reliability": table,
         "sure_share": _ratio(len(sure), len(outcomes)),
         "sure_precision": _ratio(sum(o.right for o in sure), len(sure)),
+        "labelled_share": _ratio(len(labelled), len(outcomes)),
+        "labelled_precision": _ratio(sum(o.right for o in labelled), len(labelled)),
         # an unsure verdict names two categories: right when the true one is among them
         "unsure_top_two": _ratio(sum(o.record.category in o.pair for o in unsure), len(unsure)),
     }
@@ -110,13 +116,13 @@ def _ratio(part: int, whole: int) -> float | None:
     return round(part / whole, 4) if whole else None
 
 
-def evaluate(records: list[Record], model: Scorer | None) -> Report:
+def evaluate(records: list[Record], model: Scorer | None, calibrate: bool = True) -> Report:
     report = Report()
     for record in records:
         found = classify_text(record.excerpt, failed=True, use_model=False)
         failure = found[0]
         rules_only = failure.category
-        add_opinions([failure], model=model)
+        add_opinions([failure], model=model, calibrate=calibrate)
         clean = classify_text(record.excerpt, use_model=False)
         report.outcomes.append(Outcome(
             record, failure.category, rules_only, failure.decided_by, failure.confidence,
@@ -125,7 +131,7 @@ def evaluate(records: list[Record], model: Scorer | None) -> Report:
     return report
 
 
-def cross_validate(records: list[Record], folds: int = 5, **params) -> list[Report]:
+def cross_validate(records: list[Record], folds: int = 5, calibrate: bool = True, **params) -> list[Report]:
     """Grouped K-fold by thread over `records`: per fold, train on the rest and evaluate."""
     from sklearn.model_selection import GroupKFold  # deferred: scikit-learn is heavy (model.py)
 
@@ -133,8 +139,34 @@ def cross_validate(records: list[Record], folds: int = 5, **params) -> list[Repo
     results = []
     for fit_index, test_index in GroupKFold(n_splits=folds).split(records, groups=groups):
         model = train([records[i] for i in fit_index], failure_of_excerpt, **params)
-        results.append(evaluate([records[i] for i in test_index], model))
+        results.append(evaluate([records[i] for i in test_index], model, calibrate))
     return results
+
+
+def fit_calibration(outcomes: list[Outcome]) -> list[tuple[float, float]]:
+    """Pool-adjacent-violators on (raw confidence, right): a non-decreasing step function,
+    each step at least MIN_STEP records wide, as (raw upper bound, share right) knots."""
+    points = sorted((o.confidence, 1.0 if o.right else 0.0) for o in outcomes)
+    blocks: list[list[float]] = []  # [upper, sum right, count]
+    for raw, right in points:
+        blocks.append([raw, right, 1])
+        while len(blocks) > 1 and (blocks[-2][1] / blocks[-2][2] >= blocks[-1][1] / blocks[-1][2]
+                                   or blocks[-2][2] < MIN_STEP):
+            upper, total, count = blocks.pop()
+            blocks[-1] = [upper, blocks[-1][1] + total, blocks[-1][2] + count]
+    if len(blocks) > 1 and blocks[-1][2] < MIN_STEP:
+        upper, total, count = blocks.pop()
+        blocks[-1] = [upper, blocks[-1][1] + total, blocks[-1][2] + count]
+    return [(round(upper, 4), round(total / count, 3)) for upper, total, count in blocks]
+
+
+def write_calibration(knots: list[tuple[float, float]], corpus: str, folds: int) -> None:
+    lines = ["# Confidence calibration: raw confidence (decide.py) up to `upper` -> how often such a",
+             f"# decision was right, fitted by `etriage eval {Path(corpus).name} --cv {folds} --calibrate`",
+             "# (pool-adjacent-violators over the folds' held-out records). Read by decide.calibrated.",
+             "knots:"]
+    lines += [f"  - [{upper}, {right}]" for upper, right in knots]
+    CALIBRATION_FILE.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -143,11 +175,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cv", type=int, metavar="K", default=0,
                         help="grouped K-fold cross-validation on CORPUS instead (use the training part)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="with --cv: fit the confidence calibration on the folds' raw confidences and "
+                             "write it to triage_rules/calibration.yaml")
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         records = load_corpus(args.corpus)
+        if args.cv and args.calibrate:
+            knots = fit_calibration([o for r in cross_validate(records, args.cv, calibrate=False) for o in r.outcomes])
+            write_calibration(knots, args.corpus, args.cv)
+            print(f"calibration: {len(knots)} knots written to {CALIBRATION_FILE}", file=sys.stderr)
+            calibration.cache_clear()
         if args.cv:
             folds = cross_validate(records, args.cv)
             summary = _mean(folds)
@@ -198,6 +238,8 @@ def render(summary: dict) -> str:
     lines.append(f"sure (a label is applied): {pct(summary['sure_share'])} of records, precision "
                  f"{pct(summary['sure_precision'])}; unsure ones name the true category among their two: "
                  f"{pct(summary['unsure_top_two'])}")
+    lines.append(f"labelled (sure and confidence >= {LABEL_CONFIDENCE}): {pct(summary['labelled_share'])} of records, "
+                 f"precision {pct(summary['labelled_precision'])}")
     lines.append("reliability (stated confidence -> how often right): " + "; ".join(
         f"{row['band']}: n={row['n']}" + (f", mean {row['mean_confidence']:.2f}, right {pct(row['accuracy']).strip()}"
                                           if row["n"] else "") for row in summary["reliability"]))

@@ -28,6 +28,10 @@ CATEGORIES: tuple[str, ...] = (
     "other",
 )
 
+# A category becomes a label on the PR only at this confidence or above (and not unsure): where
+# the grouped cross-validation's reliability table shows a stated confidence right >= 95%.
+LABEL_CONFIDENCE = 0.9
+
 
 @dataclass(frozen=True)
 class Frame:

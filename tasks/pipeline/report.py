@@ -46,7 +46,7 @@ def _section(group: list[Verdict], h: str) -> list[str]:
     lines = [f"{h}# {failure.title or failure.category}: {len(group)} test{'s' if len(group) > 1 else ''}", ""]
     how = (f" (decided by `{failure.decided_by}`, confidence {failure.confidence:.2f})" if failure.decided_by
            else f" (rule `{failure.rule}`)" if failure.rule else "")
-    lines.append(f"- **Category:** `{failure.category}`{how}")
+    lines.append(f"- **Category:** {first.category_words}{how}")
     if failure.looks_like:
         lines.append("- **Looks like:** " + ", ".join(
             f"[{n['category']}]({n['source']}) ({n['similarity']:.2f})" for n in failure.looks_like[:3]))
