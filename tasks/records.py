@@ -170,6 +170,9 @@ class Verdict(_Record):
     reproduce: str = ""
     ignored_reason: str = ""  # `/etriage ignore ... --reason`: a new failure a maintainer set aside
     link: str = ""  # where the real error is to be read (a CI job's page), for `not_in_log`
+    # The root cause it shares with other verdicts of the run (compare.assign_roots): the same
+    # fingerprint, or the same exception and message shape. One root, one entry in the report.
+    root: str = ""
 
     # What the renderers, the check run and the store key on, read from the Failure.
     @property

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bot.github_client import SUMMARY_MARKER
+from tasks.pipeline.compare import by_root, spread
 from tasks.records import CiReport
 from triage_rules.records import dump, load
 
@@ -81,11 +82,11 @@ def compose_comment(head_sha: str, sections: dict[str, str],
 
 
 def ci_counts(report: CiReport) -> dict[str, int]:
-    """verdict -> failures, in the order they first appear (how the section says them)."""
-    counts: dict[str, int] = {}
+    """verdict -> root causes, in the order they first appear (how the section says them)."""
+    roots: dict[str, set] = {}
     for verdict in report.results:
-        counts[verdict.verdict] = counts.get(verdict.verdict, 0) + 1
-    return counts
+        roots.setdefault(verdict.verdict, set()).add(verdict.root or id(verdict))
+    return {verdict: len(found) for verdict, found in roots.items()}
 
 
 def render_ci_section(report: CiReport) -> str:
@@ -103,8 +104,8 @@ def render_ci_section(report: CiReport) -> str:
     lines.append(", ".join(f"{n} {verdict.replace('_', '-')}" for verdict, n in counts.items())
                  + f" ({base_note}).")
     lines.append("")
-    for verdict in report.results:
-        failure = verdict.failure
+    for group in by_root(report.results):  # one root cause, one entry
+        verdict, failure = group[0], group[0].failure
         icon = VERDICT_ICONS.get(verdict.verdict, "•")
         what = verdict.test or failure.title or failure.category
         lines.append(f"- {icon} **{verdict.verdict.replace('_', '-')}** · {verdict.category_words} · "
@@ -123,6 +124,10 @@ def render_ci_section(report: CiReport) -> str:
             lines.append(f"  {failure.explanation.strip()}")
         if failure.suggestion:
             lines.append(f"  Next step: {failure.suggestion.strip()}")
+        if len(group) > 1:
+            lines.append(f"  1 failure, {spread(group, ci=True)}; also " + ", ".join(
+                f"`{v.suite}`" + (f" `{v.test}`" if v.test else "") for v in group[1:6])
+                + (f" and {len(group) - 6} more" if len(group) > 6 else ""))
     return "\n".join(lines)
 
 

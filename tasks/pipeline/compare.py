@@ -22,6 +22,7 @@ import hashlib
 import re
 
 from tasks.records import VERDICTS, SuiteResult, TestResult, Verdict
+from triage_rules.fingerprint import fingerprint, normalise
 from triage_rules.records import Failure
 
 FAILED = ("failed", "error")
@@ -121,7 +122,7 @@ def decide(base: dict[Key, TestResult], head: dict[Key, TestResult], failures: d
         elif base_outcome in FAILED and test.outcome == "passed" and (complete is None or key[:2] in complete):
             verdicts.append(Verdict(suite=key[0], test=key[2], target=key[1], base=base_outcome,
                                     head=test.outcome, verdict="fixed"))
-    return verdicts
+    return assign_roots(verdicts)
 
 
 def decide_ci(found: list[tuple[dict, Failure]], base_fingerprints: set[str]) -> list[Verdict]:
@@ -137,7 +138,48 @@ def decide_ci(found: list[tuple[dict, Failure]], base_fingerprints: set[str]) ->
             base="failed" if at_base else "absent", head="failed",
             verdict=verdict, failure=worded_for(verdict, failure),
             log_excerpt=_excerpt("", failure), link=job.get("html_url") or ""))
+    return assign_roots(verdicts)
+
+
+def root_of(failure: Failure) -> str:
+    """What makes two failures one: the exception's name and the message's shape (volatile
+    parts normalised), whichever test, probe, target or job showed it; the fingerprint when
+    there is no message."""
+    message = (failure.message or "").strip()
+    if not message:
+        return failure.fingerprint
+    exception = (failure.exception or "").rsplit(".", 1)[-1]
+    return fingerprint("root", exception, normalise(message))
+
+
+def assign_roots(verdicts: list[Verdict]) -> list[Verdict]:
+    """Give each verdict its root (see root_of). Verdicts sharing a fingerprint share a root
+    too: a pytest summary line and its traceback, or a failure whose message differs only in
+    what the fingerprint normalises away."""
+    by_fingerprint: dict[str, str] = {}
+    for verdict in verdicts:
+        if verdict.failure is None:
+            verdict.root = f"{verdict.suite}/{verdict.target}/{verdict.test}"
+            continue
+        verdict.root = by_fingerprint.setdefault(verdict.fingerprint, root_of(verdict.failure))
     return verdicts
+
+
+def spread(group: list[Verdict], ci: bool = False) -> str:
+    """Where one root cause showed, compactly: "in 5 tests and 3 probes"; of CI logs, "in 2 jobs"."""
+    kinds: dict[str, set] = {}
+    for verdict in group:
+        kind = "job" if ci else "probe" if verdict.suite == "probes" else "test"
+        kinds.setdefault(kind, set()).add(verdict.suite if ci else (verdict.suite, verdict.test, verdict.target))
+    return "in " + " and ".join(f"{len(items)} {kind}{'s' if len(items) != 1 else ''}" for kind, items in kinds.items())
+
+
+def by_root(verdicts: list[Verdict]) -> list[list[Verdict]]:
+    """The verdicts grouped by verdict and root cause, in the order the roots first appear."""
+    groups: dict[tuple, list[Verdict]] = {}
+    for verdict in verdicts:
+        groups.setdefault((verdict.verdict, verdict.root or verdict.fingerprint or id(verdict)), []).append(verdict)
+    return list(groups.values())
 
 
 def worded_for(verdict: str, failure: Failure) -> Failure:
@@ -168,7 +210,8 @@ def apply_ignores(verdicts: list[Verdict], ignored: dict[str, str]) -> dict[str,
 
 
 def tally(verdicts: list[Verdict]) -> dict[str, int]:
-    return {v: sum(r.verdict == v for r in verdicts) for v in (*VERDICTS, "ignored")}
+    """verdict -> root causes (one failure in 5 tests counts once; see assign_roots)."""
+    return {v: len({r.root or id(r) for r in verdicts if r.verdict == v}) for v in (*VERDICTS, "ignored")}
 
 
 def missing_package(test: TestResult | None) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
+from tasks.pipeline.compare import by_root, spread
 from tasks.pipeline.matrix import matrix
 from tasks.records import Report, Verdict
 from triage_rules.records import Failure, dump
@@ -33,17 +34,10 @@ def headline(report: Report) -> str:
     return ", ".join(parts)
 
 
-def _groups(verdicts: list[Verdict]) -> list[list[Verdict]]:
-    groups: dict[str, list[Verdict]] = defaultdict(list)
-    for v in verdicts:
-        groups[v.fingerprint or f"{v.category}:{v.primary_line}"].append(v)
-    return list(groups.values())
-
-
 def _section(group: list[Verdict], h: str) -> list[str]:
     first = group[0]
     failure = first.failure or Failure(line="", line_no=0)
-    lines = [f"{h}# {failure.title or failure.category}: {len(group)} test{'s' if len(group) > 1 else ''}", ""]
+    lines = [f"{h}# {failure.title or failure.category}: 1 failure, {spread(group)}", ""]
     how = (f" (decided by `{failure.decided_by}`, confidence {failure.confidence:.2f})" if failure.decided_by
            else f" (rule `{failure.rule}`)" if failure.rule else "")
     lines.append(f"- **Category:** {first.category_words}{how}")
@@ -142,7 +136,7 @@ def to_markdown(report: Report, *, section_title: str | None = None) -> str:
         by_verdict[v.verdict].append(v)
     if by_verdict["new"]:
         lines += [f"{h} New failures caused by this change", ""]
-        for group in _groups(by_verdict["new"]):
+        for group in by_root(by_verdict["new"]):
             lines += _section(group, h)
     if by_verdict["environment"]:
         lines += [f"{h} Environment failures (not the change's fault)", ""]
