@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,7 +28,10 @@ sys.path.insert(0, str(REPO))
 from tasks.pipeline import overlay  # noqa: E402
 from triage_rules.corpus import load_corpus  # noqa: E402
 
-PATCHES = REPO / "tasks" / "probes" / "regressions"
+# The corpus's regressions: broken lowering that makes ExecuTorch itself raise (the default), and
+# the probes' own (by --patch NAME: they fail with etriage's ProbeFailure text, so no records).
+CORPUS_PATCHES = REPO / "tests" / "engine" / "corpus" / "regressions"
+PATCH_DIRS = (CORPUS_PATCHES, REPO / "tasks" / "probes" / "regressions")
 OUT = REPO / "tests" / "engine" / "corpus" / "generated.jsonl"
 
 
@@ -53,27 +57,32 @@ def overlay_for(patch: Path, scratch: Path) -> Path:
 
 
 def records_of(patch: Path, version: str) -> list[dict]:
+    category = expected_category(patch)
+    installed = overlay.installed_package_dir(sys.executable)
     with tempfile.TemporaryDirectory(prefix="etriage-regression-") as scratch:
         root = overlay_for(patch, Path(scratch))
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
         env["PYTHONPATH"] = os.pathsep.join([str(root), str(REPO)])
-        done = subprocess.run([sys.executable, "-m", "tasks.probes", "--format", "json"], env=env, cwd=scratch,
+        suite = "mutable_buffer" if category == "mutable_buffer" else "multi_method"
+        done = subprocess.run([sys.executable, "-m", "tasks.probes", "--suite", suite, "--format", "json"], env=env,
+                              cwd=scratch,
                               capture_output=True, text=True, timeout=1800, check=False)
     results = json.loads(done.stdout)["results"]
-    category = expected_category(patch)
     out = []
     for result in results:
         diagnosis = result.get("diagnosis") or ""
         if result["outcome"] == "passed" or "Traceback (most recent call last)" not in diagnosis:
             continue  # passed, or etriage's own ProbeFailure text: nothing a CI log would show
-        excerpt = diagnosis.split("\n", 1)[1].strip()  # the traceback as Python printed it
+        # the traceback as Python printed it, with this machine's paths made general
+        excerpt = re.sub(r"/tmp/etriage-regression-[^/]+/overlay/", str(installed.parent) + "/",
+                         diagnosis.split("\n", 1)[1].strip()).replace(str(REPO), "/etriage")
         failure_line = next(line for line in reversed(excerpt.splitlines()) if line.strip() and not line.startswith(" "))
         out.append({
             "id": f"gen-{patch.stem}-{result['name']}",
             "source": f"https://github.com/pytorch/executorch/blob/v{version}/{touched(patch)[0]}",
             "origin": "generated: real lowering on a patched ExecuTorch",
             "excerpt": excerpt, "failure_line": failure_line, "category": category,
-            "note": (f"scripts/regression_records.py: tasks/probes/regressions/{patch.name} applied to the installed "
+            "note": (f"scripts/regression_records.py: {patch.relative_to(REPO)} applied to the installed "
                      f"executorch {version}; probe {result['suite']}/{result['name']} raised this"),
         })
     return out
@@ -85,7 +94,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     version = metadata.version("executorch")
-    patches = [PATCHES / f"{name}.patch" for name in args.patch] if args.patch else sorted(PATCHES.glob("*.patch"))
+    every = {p.stem: p for folder in PATCH_DIRS for p in sorted(folder.glob("*.patch"))}
+    patches = [every[name] for name in args.patch] if args.patch else sorted(CORPUS_PATCHES.glob("*.patch"))
     records = [record for patch in patches for record in records_of(patch, version)]
     args.out.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     load_corpus(args.out)  # the corpus loader's checks hold

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from triage_rules.corpus import TRAIN_FILE, CorpusError, Record, load_corpus
+from triage_rules.corpus import GENERATED_FILE, TRAIN_FILE, CorpusError, Record, load_corpus
 from triage_rules.decide import CALIBRATION_FILE, calibration
 from triage_rules.engine import add_opinions, classify_text, failure_of_excerpt
 from triage_rules.model import train
@@ -171,7 +172,9 @@ def write_calibration(knots: list[tuple[float, float]], corpus: str, folds: int)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("corpus", metavar="CORPUS.jsonl", help="labelled records to evaluate")
-    parser.add_argument("--train", default=str(TRAIN_FILE), help="training records (default: the shipped train.jsonl)")
+    parser.add_argument("--train", default=os.pathsep.join(str(p) for p in (TRAIN_FILE, GENERATED_FILE) if p.exists()),
+                        help="training records, files joined by ':' (default: the shipped train.jsonl and "
+                             "generated.jsonl)")
     parser.add_argument("--cv", type=int, metavar="K", default=0,
                         help="grouped K-fold cross-validation on CORPUS instead (use the training part)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
@@ -193,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
             summary = _mean(folds)
         else:
             threads = {r.thread for r in records}
-            training = [r for r in load_corpus(args.train) if r.thread not in threads]
+            training = [r for path in args.train.split(os.pathsep) for r in load_corpus(path) if r.thread not in threads]
             model = train(training, failure_of_excerpt) if training else None
             summary = evaluate(records, model).summary()
             summary["trained_on"] = len(training)
