@@ -28,6 +28,7 @@ from triage_rules.records import Failure
 FAILED = ("failed", "error")
 Key = tuple[str, str, str]  # (suite, target, test)
 _MISSING = re.compile(r"No module named '([\w.]+)'")
+_PROBE_PROBLEM = re.compile(r"ProbeFailure: \[(?P<category>\w+)\] [^:]+: (?P<problem>[^:]+): ")
 # What excuses the change; a `new` verdict never says it (the category's text is for a
 # confident environment verdict, and a model only leaning to ci_infra is not one).
 _EXCUSE = re.compile(r"(?i)not (?:caused by )?(?:the|this) change|not the change's|not failed by the change"
@@ -144,7 +145,11 @@ def decide_ci(found: list[tuple[dict, Failure]], base_fingerprints: set[str]) ->
 def root_of(failure: Failure) -> str:
     """What makes two failures one: the exception's name and the message's shape (volatile
     parts normalised), whichever test, probe, target or job showed it; the fingerprint when
-    there is no message."""
+    there is no message. A probe's failure reads "[category] what it lowered: problem: details":
+    probes that found the same problem are one root whatever program they lowered."""
+    probe = _PROBE_PROBLEM.search(failure.line)
+    if probe:
+        return fingerprint("probe", probe["category"], normalise(probe["problem"]))
     message = (failure.message or "").strip()
     if not message:
         return failure.fingerprint

@@ -81,3 +81,28 @@ def test_the_seeds_wrapper_lines_of_several_jobs_are_one_entry():
     assert ci_counts(report) == {"not_in_log": 1}
     section = render_ci_section(report)
     assert section.count("**not-in-log**") == 1 and "1 failure, in 3 jobs" in section
+
+
+# Real probe output of the demo's regression (multi_method_first_partitioner_for_all.patch on
+# the installed ExecuTorch 1.4.1): two probes lowered different programs and found one problem.
+DEMO_PROBES = {
+    "multi_method::per_method_partitioners":
+        "ProbeFailure: [multi_method_lowering] two methods on XNNPACK + portable: partitioner map routed wrongly: "
+        "method 'decode' was given NoDelegationPartitioner (expects delegates none (portable)) but was lowered to "
+        "['XnnpackBackend']\n",
+    "multi_method::two_methods_different_backends":
+        "ProbeFailure: [multi_method_lowering] two methods on different backends: partitioner map routed wrongly: "
+        "method 'all_first' delegate executorch_call_delegate carries compile specs ['add', 'sin'], not ['method'] "
+        "from its own partitioner AllNodePartitioner\n",
+    "multi_method::kv_cache_methods_through_passes":
+        "ProbeFailure: [multi_method_lowering] prefill (XNNPACK) + decode (portable) sharing a KV cache: after "
+        "delegate lowering: method 'decode': expected delegates none (portable), got ['XnnpackBackend', "
+        "'XnnpackBackend']\n",
+}
+
+
+def test_probes_that_found_the_same_problem_in_different_programs_are_one_root():
+    report = own_run({("probes", name): text for name, text in DEMO_PROBES.items()})
+    assert report.summary["new"] == 2  # "partitioner map routed wrongly" twice, "after delegate lowering" once
+    markdown = to_markdown(report)
+    assert markdown.count("1 failure, in 2 probes") == 1 and markdown.count("1 failure, in 1 probe") == 1
