@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from triage_rules.records import Failure, dump, load
+from triage_rules.records import LABEL_CONFIDENCE, Failure, dump, load
 
-VERDICTS: tuple[str, ...] = ("new", "pre_existing", "flaky", "environment", "fixed")
+VERDICTS: tuple[str, ...] = ("new", "pre_existing", "flaky", "environment", "not_in_log", "fixed")
 
 
 class _Record:
@@ -171,11 +171,32 @@ class Verdict(_Record):
     log_excerpt: str = ""
     reproduce: str = ""
     ignored_reason: str = ""  # `/etriage ignore ... --reason`: a new failure a maintainer set aside
+    link: str = ""  # where the real error is to be read (a CI job's page), for `not_in_log`
+    # The root cause it shares with other verdicts of the run (compare.assign_roots): the same
+    # fingerprint, or the same exception and message shape. One root, one entry in the report.
+    root: str = ""
 
     # What the renderers, the check run and the store key on, read from the Failure.
     @property
     def category(self) -> str:
         return self.failure.category if self.failure else "other"
+
+    @property
+    def unsure(self) -> bool:
+        """The engine could not tell two categories apart: say both, label neither."""
+        return bool(self.failure and self.failure.unsure)
+
+    @property
+    def labelled(self) -> bool:
+        """Sure enough for its category to become a label on the PR (decide.LABEL_CONFIDENCE)."""
+        return bool(self.failure) and not self.unsure and self.failure.confidence >= LABEL_CONFIDENCE
+
+    @property
+    def category_words(self) -> str:
+        """`category`, or "`X` or `Y`, unsure" (markdown)."""
+        if self.unsure:
+            return " or ".join(f"`{c}`" for c in self.failure.unsure) + ", unsure"
+        return f"`{self.category}`"
 
     @property
     def fingerprint(self) -> str:

@@ -48,7 +48,7 @@ from triage_rules.records import dump
 
 log = logging.getLogger(__name__)
 FAILED = {"failure", "timed_out", "cancelled", "startup_failure"}
-COUNTED = ("new", "pre_existing", "flaky", "environment", "ignored", "fixed")  # verdicts in the headline
+COUNTED = ("new", "pre_existing", "flaky", "environment", "not_in_log", "ignored", "fixed")  # verdicts in the headline
 
 
 class Superseded(Exception):
@@ -528,7 +528,7 @@ def report_payload(head_sha: str, report: Report, notes=(), ignored: dict[str, s
         section = "\n".join([first, *(f"> {md.prose(n, links=links)}\n" for n in notes), rest])
     summary = "\n\n".join([headline(report), *(md.prose(n, links=links) for n in notes)])
     return PublishPayload(kind="pr", head_sha=head_sha, section=section,
-                          blame_categories=sorted({v.category for v in new}),
+                          blame_categories=sorted({v.category for v in new if v.labelled}),
                           counts={k: n for k in COUNTED if (n := report.summary.get(k, 0))}
                           | ({"refused": 1} if report.plan.refused else {}),
                           check_conclusion=conclusion, check_title=title,
@@ -541,7 +541,8 @@ def ci_payload(report: CiReport, ignored: dict[str, str] | None = None) -> Publi
     compare.apply_ignores(report.results, ignored or {})
     return PublishPayload(kind="ci", head_sha=report.head, section=render_ci_section(report),
                           counts=ci_counts(report), report=whole,
-                          blame_categories=sorted({v.category for v in report.results if v.verdict == "new"}))
+                          blame_categories=sorted({v.category for v in report.results
+                                                   if v.verdict == "new" and v.labelled}))
 
 
 PAYLOADS = {  # kind -> (its stored record, how it is published): `republish` renders either again

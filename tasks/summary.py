@@ -6,15 +6,18 @@ and stored with the run, so whichever task publishes last composes the whole com
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 
 from bot import md
 from bot.github_client import SUMMARY_MARKER
+from tasks.pipeline.compare import by_root, spread
 from tasks.records import CiReport
 from triage_rules.records import dump, load
 
 VERDICT_ICONS = {"new": "❌", "pre_existing": "⚪", "flaky": "🔁", "environment": "🛠️",
-                 "fixed": "✅", "ignored": "🙈"}
+                 "fixed": "✅", "ignored": "🙈", "not_in_log": "❔"}
 SECTION_ORDER = ("pr", "ci")
 
 
@@ -44,7 +47,8 @@ class PublishPayload:
         return load(cls, data)
 
 
-HEADLINE_ORDER = ("pre_existing", "flaky", "environment", "ignored", "fixed")
+_JOB_URL = re.compile(r"https://[A-Za-z0-9./_#?=%&+-]{1,300}")  # a job's html_url, plain characters only
+HEADLINE_ORDER = ("pre_existing", "flaky", "environment", "not_in_log", "ignored", "fixed")
 SECTION_TITLES = {"pr": "Rebuild and tests", "ci": "CI logs"}
 
 
@@ -84,11 +88,11 @@ def compose_comment(head_sha: str, sections: dict[str, str],
 
 
 def ci_counts(report: CiReport) -> dict[str, int]:
-    """verdict -> failures, in the order they first appear (how the section says them)."""
-    counts: dict[str, int] = {}
+    """verdict -> root causes, in the order they first appear (how the section says them)."""
+    roots: dict[str, set] = {}
     for verdict in report.results:
-        counts[verdict.verdict] = counts.get(verdict.verdict, 0) + 1
-    return counts
+        roots.setdefault(verdict.verdict, set()).add(verdict.root or id(verdict))
+    return {verdict: len(found) for verdict, found in roots.items()}
 
 
 def render_ci_section(report: CiReport) -> str:
@@ -106,15 +110,18 @@ def render_ci_section(report: CiReport) -> str:
     lines.append(", ".join(f"{n} {verdict.replace('_', '-')}" for verdict, n in counts.items())
                  + f" ({base_note}).")
     lines.append("")
-    for verdict in report.results:
-        failure = verdict.failure
+    for group in by_root(report.results):  # one root cause, one entry
+        verdict, failure = group[0], group[0].failure
         icon = VERDICT_ICONS.get(verdict.verdict, "•")
         what = md.code(verdict.test) if verdict.test else md.text(failure.title or failure.category, 120)
-        lines.append(f"- {icon} **{md.text(verdict.verdict.replace('_', '-'), 40)}** · {md.code(failure.category, 60)} · "
-                     f"job {md.code(verdict.suite, 120)} · {what}")
+        lines.append(f"- {icon} **{md.text(verdict.verdict.replace('_', '-'), 40)}** · "
+                     f"{md.text(verdict.category_words, 120)} · job {md.code(verdict.suite, 120)} · {what}")
         if verdict.verdict == "environment":
             lines.append("  The environment (runner, SDK, device or infrastructure) failed, "
                          "not this change.")
+        if verdict.verdict == "not_in_log":
+            lines.append("  The real error is not in this job's log (only its wrapper's exit line)"
+                         + (f": [open the job]({verdict.link})." if _JOB_URL.fullmatch(verdict.link or "") else "."))
         if verdict.verdict == "ignored":
             lines.append(f"  Ignored by a maintainer (not counted): *{md.text(verdict.ignored_reason, 500)}*")
         lines.append(md.block(failure.line.strip(), indent="  ", limit=1000, keep="head"))
@@ -123,6 +130,10 @@ def render_ci_section(report: CiReport) -> str:
             lines.append(f"  {md.prose(failure.explanation.strip())}")
         if failure.suggestion:
             lines.append(f"  Next step: {md.prose(failure.suggestion.strip())}")
+        if len(group) > 1:
+            lines.append(f"  1 failure, {md.text(spread(group, ci=True), 200)}; also " + ", ".join(
+                md.code(v.suite, 120) + (f" {md.code(v.test)}" if v.test else "") for v in group[1:6])
+                + (f" and {len(group) - 6} more" if len(group) > 6 else ""))
     return "\n".join(lines)
 
 

@@ -16,7 +16,7 @@ from triage_rules.readers import LogReadError, iter_text_blocks
 from triage_rules.records import Failure
 from triage_rules.rules import RuleError
 
-JSON_KEYS = ("category", "decided_by", "confidence", "rule", "title", "test", "exception", "message", "line_no",
+JSON_KEYS = ("category", "unsure", "decided_by", "confidence", "decision", "rule", "title", "test", "exception", "message", "line_no",
              "line", "fingerprint", "explanation", "suggestion", "owners", "environment", "context", "frames",
              "looks_like")
 _COLOURS = {"title": "\x1b[1;31m", "dim": "\x1b[2m", "key": "\x1b[36m", "reset": "\x1b[0m"}
@@ -70,9 +70,10 @@ def _text(path: str, failures: list[Failure], colour: bool) -> str:
     blocks = [f"{path}: {len(failures)} failure(s)"]
     for number, failure in enumerate(failures, 1):
         env = " [environment]" if failure.environment else ""
+        category = " or ".join(failure.unsure) + ", unsure" if failure.unsure else failure.category
         lines = [
             paint("title", f"#{number} {failure.title}")
-            + f"  ({failure.category}, decided by {failure.decided_by}, confidence {failure.confidence:.2f}){env}",
+            + f"  ({category}, decided by {failure.decided_by}, confidence {failure.confidence:.2f}){env}",
             f"  {paint('key', 'line')} {failure.line_no}: {failure.line.strip()}",
         ]
         if failure.test:
@@ -84,6 +85,8 @@ def _text(path: str, failures: list[Failure], colour: bool) -> str:
             lines.append(f"  {paint('key', 'next')} {failure.suggestion}")
         if failure.owners:
             lines.append(f"  {paint('key', 'cc')}   {' '.join(failure.owners)}")
+        for reason in failure.decision:
+            lines.append(f"  {paint('key', 'evidence')} {reason}")
         for similar in failure.looks_like:
             lines.append(f"  {paint('key', 'like')} {similar['category']} ({similar['similarity']:.2f}) "
                          f"{similar['source']}: {similar['line'][:100]}")

@@ -24,6 +24,9 @@ from triage_rules.records import CATEGORIES
 CORPUS_DIR = Path(__file__).resolve().parent.parent / "tests" / "engine" / "corpus"
 TRAIN_FILE = CORPUS_DIR / "train.jsonl"
 EVAL_FILE = CORPUS_DIR / "eval.jsonl"
+# Real output of real broken lowering on the installed ExecuTorch (scripts/regression_records.py),
+# training only: its sources are ExecuTorch files, never a thread of the evaluation split.
+GENERATED_FILE = CORPUS_DIR / "generated.jsonl"
 REQUIRED = ("source", "excerpt", "failure_line", "category")
 KNOWN = frozenset(REQUIRED) | {"id", "origin", "note"}
 

@@ -21,16 +21,23 @@ from pathlib import Path
 
 import yaml
 
-from triage_rules.model import Opinion
+from triage_rules.scorer import Opinion
 from triage_rules.records import CATEGORIES, Failure
 from triage_rules.rules import owners_of, rules_by_id
+from triage_rules.structure import found_in, pointed_to
 
 WEIGHT = {"strong": 0.4, "weak": 0.0}
 RULE_PRIOR = {"strong": 0.8, "weak": 0.3}  # how often such a rule alone is right
 MODEL_FLOOR = 0.3  # the model overrules a weak rule only when at least this sure
 ENVIRONMENT_FLOOR = 0.6  # a model-decided infrastructure category blames the environment above this
 AREA_WEIGHT = 0.5
+STRUCTURE_WEIGHT = 0.4  # a structural signal's category (structure.yaml `points_to`)
+# Below this (calibrated) confidence, or with the runner-up's score this close, the verdict
+# names both categories and labels nothing (a label also needs records.LABEL_CONFIDENCE).
+UNSURE_CONFIDENCE = 0.8
+UNSURE_MARGIN = 0.1
 CATEGORIES_FILE = Path(__file__).with_name("categories.yaml")
+CALIBRATION_FILE = Path(__file__).with_name("calibration.yaml")
 # What a failing test guards, read from its id (pytest node id, unittest id, probe name).
 GUARDS = {
     "multi_method_lowering": re.compile(r"(?i)multi_?method|multi_graphs?|two_methods|to_backend_multi"),
@@ -47,44 +54,90 @@ def category_texts() -> dict[str, dict]:
     return data
 
 
-def decide(failure: Failure, opinion: Opinion | None) -> None:
-    """Set the failure's category, decided_by and confidence from its rule and the model's
-    opinion; when the model overrules the rule, the title, explanation, suggestion, owners and
-    environment follow the model's category."""
+@functools.lru_cache(maxsize=1)
+def calibration() -> tuple[tuple[float, float], ...]:
+    """(raw confidence upper bound, how often right) knots, fitted by `etriage eval --cv 5
+    --calibrate` on the training part; empty (no calibration) when the file is absent."""
+    if not CALIBRATION_FILE.exists():
+        return ()
+    data = yaml.safe_load(CALIBRATION_FILE.read_text(encoding="utf-8")) or {}
+    return tuple((float(upper), float(right)) for upper, right in data.get("knots", []))
+
+
+def calibrated(raw: float, knots: tuple[tuple[float, float], ...] | None = None) -> float:
+    """A stated confidence that is right about as often as it says: the fitted step function."""
+    knots = calibration() if knots is None else knots
+    for upper, right in knots:
+        if raw <= upper:
+            return right
+    return knots[-1][1] if knots else raw
+
+
+def decide(failure: Failure, opinion: Opinion | None, calibrate: bool = True) -> None:
+    """Set the failure's category, decided_by, confidence and decision (the evidence, strongest
+    first) from its rule, its structure, its test's area and the model's opinion; when another
+    category wins over the rule's, the title, explanation, suggestion, owners and environment
+    follow it. When the top two are close or the confidence low, `unsure` names both."""
     rule = rules_by_id().get(failure.rule)
     strength = rule.strength if rule is not None else "weak"
+    signals = found_in(failure)
+    # an environment verdict (SDK missing, backend not registered) is never re-read as the area's
+    # or the structure's category
+    pointed = {} if failure.environment else pointed_to(signals)
+    guarded = None if failure.environment else guarded_area(failure.test or "")
+    evidence = [f"rule `{failure.rule}` ({strength}) says {failure.category}"]
+    if signals:
+        evidence.append("structure: " + ", ".join(signals)
+                        + "".join(f"; {', '.join(ids)} point to {c}" for c, ids in pointed.items()))
+    if guarded:
+        evidence.append(f"the failing test guards {guarded}")
+    failure.unsure = []
     if opinion is None or strength == "certain" or not failure.line.strip():
         failure.decided_by = failure.rule
         failure.confidence = 1.0 if strength == "certain" else RULE_PRIOR[strength]
+        failure.decision = evidence[:1] + (["a probe's own category is never overruled"] if strength == "certain" else [])
         return
     failure.looks_like = [
         {"source": n.source, "category": n.category, "line": n.line, "similarity": n.similarity}
         for n in opinion.nearest
     ]
     probabilities = opinion.probabilities
-    # an environment verdict (SDK missing, backend not registered) is never re-read as the area's
-    guarded = None if failure.environment else guarded_area(failure.test or "")
     scores = {c: p + (WEIGHT[strength] if c == failure.category else 0.0) + (AREA_WEIGHT if c == guarded else 0.0)
+              + (STRUCTURE_WEIGHT if c in pointed else 0.0)
               for c, p in probabilities.items()}
-    chosen = max(scores, key=lambda c: (scores[c], c == failure.category))
+    if rule is not None and rule.crash:  # a crash is what the change can cause: never excused
+        scores = {c: s for c, s in scores.items() if not category_texts()[c].get("environment")}
+    ranked = sorted(scores, key=lambda c: (-scores[c], c != failure.category))
+    chosen = ranked[0]
+    top = opinion.ranked[:2]
+    evidence.append("model: " + ", ".join(f"{c} {p:.2f}" for c, p in top)
+                    + (f" (from {', '.join(opinion.reasons)})" if opinion.reasons else ""))
     p_model = probabilities.get(chosen, 0.0)
-    if guarded and chosen == guarded and chosen != failure.category:
-        failure.decided_by = "test-area"
+    outside = (chosen == guarded or chosen in pointed) and chosen != failure.category
+    if outside:
+        failure.decided_by = "test-area" if chosen == guarded else "structure"
         failure.confidence = round(1 - (1 - RULE_PRIOR["strong"]) * (1 - p_model), 3)
         _relabel(failure, chosen)
-        return
-    unsure = chosen != failure.category and p_model < MODEL_FLOOR
-    if unsure and failure.rule not in ("unclassified", "fallback-line"):
-        chosen, p_model = failure.category, probabilities.get(failure.category, 0.0)
-    if chosen == failure.category and (strength == "strong" or unsure):
-        failure.decided_by = failure.rule
-        failure.confidence = round(1 - (1 - RULE_PRIOR[strength]) * (1 - p_model), 3)
-        return
-    failure.decided_by = "model"
-    failure.confidence = round(p_model, 3)
-    if chosen == failure.category:
-        return  # a generic rule and the model agree: keep the rule's own texts
-    _relabel(failure, chosen)
+    else:
+        unsure = chosen != failure.category and p_model < MODEL_FLOOR
+        if unsure and failure.rule not in ("unclassified", "fallback-line"):
+            chosen, p_model = failure.category, probabilities.get(failure.category, 0.0)
+        if chosen == failure.category and (strength == "strong" or unsure):
+            failure.decided_by = failure.rule
+            failure.confidence = round(1 - (1 - RULE_PRIOR[strength]) * (1 - p_model), 3)
+        else:
+            failure.decided_by = "model"
+            failure.confidence = round(p_model, 3)
+            if chosen != failure.category:
+                _relabel(failure, chosen)
+    if calibrate:
+        failure.confidence = round(calibrated(failure.confidence), 3)
+    runner_up = next(c for c in ranked if c != failure.category)
+    margin = scores.get(failure.category, 0.0) - scores[runner_up]
+    if failure.confidence < UNSURE_CONFIDENCE or margin < UNSURE_MARGIN:
+        failure.unsure = [failure.category, runner_up]
+    failure.decision = [f"{failure.decided_by} decided {failure.category}"
+                        + (f" (unsure: {runner_up} is close)" if failure.unsure else ""), *evidence]
 
 
 def guarded_area(test: str) -> str | None:

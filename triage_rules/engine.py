@@ -20,7 +20,8 @@ from triage_rules.decide import decide
 from triage_rules.extract import Extractor, FailureGroup
 from triage_rules.fingerprint import fingerprint
 from triage_rules.junit import read_junit
-from triage_rules.model import FailureModel, default_model, fields_of
+from triage_rules.model import default_model, fields_of, opinions
+from triage_rules.scorer import Scorer
 from triage_rules.readers import LogReadError, check_path, clean_line, iter_blocks_of_text, iter_text_blocks
 from triage_rules.records import CATEGORIES, Failure
 from triage_rules.rules import Subject, default_rules, match_rules, owners_of
@@ -85,14 +86,16 @@ def failure_of_excerpt(text: str) -> Failure:
     return found[0] if found else Failure(line="", line_no=1, message="")
 
 
-def add_opinions(failures: list[Failure], job_name: str | None = None, model: FailureModel | None = None) -> None:
+def add_opinions(failures: list[Failure], job_name: str | None = None, model: Scorer | None = None,
+                 calibrate: bool = True) -> None:
     """The model's opinion on each failure, folded into its category (decide). `model`: the
-    default one (trained on the shipped corpus) unless given."""
+    default one (trained on the shipped corpus) unless given; `calibrate=False` keeps the raw
+    confidence (what the calibration is fitted on)."""
     if model is None and failures:
         model = default_model(failure_of_excerpt)
-    opinions = model.opinions([fields_of(f, job_name) for f in failures]) if model else [None] * len(failures)
-    for failure, opinion in zip(failures, opinions):
-        decide(failure, opinion)
+    found = opinions(model, [fields_of(f, job_name) for f in failures]) if model else [None] * len(failures)
+    for failure, opinion in zip(failures, found):
+        decide(failure, opinion, calibrate)
 
 
 def empty_log_failure() -> Failure:
@@ -194,6 +197,7 @@ def apply_rules(failure: Failure, evidence: tuple[str, ...] = (), job_name: str 
         failure.explanation = _fill(rule.explanation, values)
         failure.suggestion = _fill(rule.suggestion, values) if rule.suggestion else ""
         failure.environment = rule.environment
+        failure.error_not_in_log = rule.wrapper_only
         failure.owners = owners_of(rule.owners, failure.frames)
     if not failure.owners:
         failure.owners = owners_of((), failure.frames)

@@ -48,7 +48,7 @@ PREFILTER_LITERALS: tuple[str, ...] = (
     "rror", "RROR", "ail", "AIL", "atal", "xception", "Interrupt", "enied", "imed out", "took >",
     "Killed", "Segmentation", "dumped", "No space", "registered", "Missing", "undefined ref",
     "kernel '", "Unsupported", "SymNode", "Lint for", "____ ", "=====", "rate limit", "efusing",
-    "maximum", "dirty",
+    "maximum", "dirty", "SIG", "mashing",
     # Problems stated without the word error (device labs, QNN, numerics, linters): found by
     # the `problem` kind below, which only wins when a log holds nothing stronger.
     "upported", "imeout", "imed out", "ismatch", "efused", "uthoriz", "annot ", "nable to", "ould not",
@@ -133,7 +133,10 @@ _KINDS: list[tuple[str, re.Pattern[str], int]] = [
     ("adb_error", re.compile(r"adb(?: command)? failed|adb: error: |error: device (?:offline|unauthorized|not found)"
                              r"|no devices/emulators found|device (?:offline|unauthorized)\b"), 75),
     ("crash_signal", re.compile(r"Segmentation fault|core dumped|Received signal: SIG\w+|Fatal Python error: "
-                                r"|Aborted \(core dumped\)|^Killed\s*$|terminate called after throwing "), 70),
+                                r"|Aborted \(core dumped\)|^Killed\s*$|terminate called after throwing "
+                                r"|^Bus error|Fatal signal \d+|ERROR: \w+Sanitizer: |by signal SIG(?:SEGV|BUS|ABRT|ILL|FPE)"
+                                r"|received signal SIG(?:SEGV|BUS|ABRT|ILL|FPE)|stack smashing detected"
+                                r"|double free or corruption|terminating with uncaught exception"), 70),
     ("compiler_error", re.compile(r"^(?P<file>[^\s:][^:]*?):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<msg>.*)"), 70),
     ("msvc_error", re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?:fatal )?error (?P<code>C\d+): (?P<msg>.*)"), 70),
     ("linker_error", re.compile(r"undefined reference to |ld(?:\.lld)?: error: |Undefined symbols for architecture"), 66),

@@ -4,55 +4,37 @@
     files, test id, job name) ─▶ word n-grams per field + character n-grams of the line (TF-IDF)
     ─▶ logistic regression (probabilities per category) + the nearest corpus records.
 
-Training is deterministic and takes seconds. The fitted model is cached on disk, keyed by the
-corpus files' hash and this module's FEATURE_VERSION; a missing, corrupt or foreign cache file
-is rebuilt from the corpus. Nothing is downloaded. scikit-learn is imported here only, so a
-caller that never asks the model pays nothing for it.
+Training is deterministic and takes seconds; it uses scikit-learn, imported in `fit` only. The
+fitted model is compiled to arrays (`scorer.Scorer`) and cached on disk as one `.npz`, keyed by
+the corpus files' hash, this package's code and FEATURE_VERSION; a missing, corrupt or foreign
+cache file is rebuilt from the corpus. Nothing is downloaded. Scoring imports numpy only.
 """
 from __future__ import annotations
 
 import functools
 import os
-import pickle
 import re
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
-from triage_rules.corpus import TRAIN_FILE, EVAL_FILE, Record, corpus_hash, load_corpus
-from triage_rules.records import CATEGORIES, Failure
+import numpy as np
 
-FEATURE_VERSION = "2"
+from triage_rules.corpus import EVAL_FILE, GENERATED_FILE, TRAIN_FILE, Record, corpus_hash, load_corpus
+from triage_rules.records import Failure
+from triage_rules.scorer import Block, Opinion, Scorer, char_wb_ngrams
+from triage_rules.structure import found_in
+
+FEATURE_VERSION = "4"
 MAX_CONTEXT_CHARS = 4000
-NEAREST = 3
-NEAREST_FLOOR = 0.25  # cosine similarity below this is not "looks like"
-# Thin evidence (a bare `AssertionError`) says little: probabilities are shrunk toward uniform by
-# n / (n + EVIDENCE_K), n the number of distinct words the failure gives the model.
-EVIDENCE_K = 8
+CHAR_NGRAMS = (3, 5)
+CONTEXT_CHAR_NGRAMS = (4, 5)
 
 _HEX = re.compile(r"0x[0-9a-fA-F]+|\b[0-9a-f]{7,}\b")
 _NUM = re.compile(r"\d+")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|<[A-Z]>")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
-
-
-@dataclass(frozen=True)
-class Neighbour:
-    source: str
-    category: str
-    line: str
-    similarity: float
-
-
-@dataclass(frozen=True)
-class Opinion:
-    probabilities: dict[str, float]
-    nearest: tuple[Neighbour, ...]
-
-    @property
-    def category(self) -> str:
-        return max(self.probabilities, key=self.probabilities.get)
 
 
 # -- features ---------------------------------------------------------------------------
@@ -66,6 +48,7 @@ def fields_of(failure: Failure, job_name: str | None = None) -> dict[str, str]:
         "frames": " ".join(f"{f.file} {f.function}" for f in failure.frames[-8:]),
         "test": failure.test or "",
         "job": job_name or "",
+        "structure": " ".join(found_in(failure)),
     }
 
 
@@ -97,6 +80,7 @@ def analyse(fields: dict[str, str]) -> list[str]:
     tokens += ["f:" + w for w in _words(fields["frames"])]
     tokens += ["t:" + w for w in _words(fields["test"])]
     tokens += ["j:" + w for w in _words(fields["job"])]
+    tokens += ["s:" + signal for signal in fields.get("structure", "").split()]
     tokens += sorted({"a:" + t.split(":", 1)[1] for t in tokens if t[0] in "lcftx"})
     return tokens
 
@@ -110,77 +94,63 @@ def _all_text(fields: dict[str, str]) -> str:
 
 
 # -- the model --------------------------------------------------------------------------
+def tokens_of(doc: dict[str, str]) -> list[list[str]]:
+    """Each feature block's tokens: prefixed words, the line's text, the neighbourhood's text
+    (the last two are cut into character n-grams)."""
+    return [analyse(doc), char_wb_ngrams(_line_text(doc), *CHAR_NGRAMS),
+            char_wb_ngrams(_all_text(doc), *CONTEXT_CHAR_NGRAMS)]
+
+
+def evidence_words(doc: dict[str, str]) -> int:
+    return len({t for t in analyse(doc) if t[:2] in ("l:", "c:", "x:")})
+
+
+def opinions(scorer: Scorer, docs: list[dict[str, str]]) -> list[Opinion]:
+    return [scorer.opinion(tokens_of(doc), evidence_words(doc)) for doc in docs]
+
+
 class FailureModel:
-    """TF-IDF over prefixed word tokens and the line's character n-grams; logistic regression."""
+    """TF-IDF over prefixed word tokens and the line's character n-grams; logistic regression.
+    Fitted with scikit-learn, then compiled to a Scorer (numpy arrays) that does all scoring."""
 
     def __init__(self, c: float = 20.0, char_weight: float = 0.6, context_char_weight: float = 1.2) -> None:
         self.c = c
         self.char_weight = char_weight
         self.context_char_weight = context_char_weight
 
-    def fit(self, docs: list[dict[str, str]], labels: list[str], records: list[Record] | None = None) -> "FailureModel":
-        # deferred on purpose: scikit-learn costs a second to import, paid only by model users
+    def fit(self, docs: list[dict[str, str]], labels: list[str], records: list[Record] | None = None) -> Scorer:
+        # deferred on purpose: scikit-learn costs seconds to import, paid by training only
+        from scipy.sparse import hstack
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.linear_model import LogisticRegression
 
-        self.words = TfidfVectorizer(analyzer=analyse, sublinear_tf=True, min_df=1)
-        self.chars = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 5), sublinear_tf=True, min_df=2,
-                                     max_features=60000)
-        self.context_chars = TfidfVectorizer(analyzer="char_wb", ngram_range=(4, 5), sublinear_tf=True, min_df=2,
-                                             max_features=80000)
-        word_matrix = self.words.fit_transform(docs)
-        matrix = self._stack(word_matrix, self.chars.fit_transform([_line_text(d) for d in docs]),
-                             self.context_chars.fit_transform([_all_text(d) for d in docs]))
+        tokens = [tokens_of(d) for d in docs]
+        words = TfidfVectorizer(analyzer=lambda t: t, sublinear_tf=True, min_df=1)
+        chars = TfidfVectorizer(analyzer=lambda t: t, sublinear_tf=True, min_df=2, max_features=60000)
+        context_chars = TfidfVectorizer(analyzer=lambda t: t, sublinear_tf=True, min_df=2, max_features=80000)
+        word_matrix = words.fit_transform([t[0] for t in tokens])
+        matrix = hstack([word_matrix, chars.fit_transform([t[1] for t in tokens]) * self.char_weight,
+                         context_chars.fit_transform([t[2] for t in tokens]) * self.context_char_weight]).tocsr()
         # Chosen by grouped cross-validation on the training part: a calibrated linear SVM
         # measured the same (80.5% vs 80.3%), so the simpler model with native probabilities.
-        self.classifier = LogisticRegression(C=self.c, max_iter=3000, class_weight="balanced")
-        self.classifier.fit(matrix, labels)
-        self.examples = word_matrix
-        self.example_info = [(r.source, r.category, r.failure_line) for r in records] if records else []
-        return self
-
-    def _stack(self, word_matrix, char_matrix, context_matrix):
-        from scipy.sparse import hstack  # deferred with scikit-learn (see fit)
-
-        return hstack([word_matrix, char_matrix * self.char_weight,
-                       context_matrix * self.context_char_weight]).tocsr()
-
-    def _matrix(self, docs: list[dict[str, str]]):
-        word_matrix = self.words.transform(docs)
-        return word_matrix, self._stack(word_matrix, self.chars.transform([_line_text(d) for d in docs]),
-                                        self.context_chars.transform([_all_text(d) for d in docs]))
-
-    def opinions(self, docs: list[dict[str, str]]) -> list[Opinion]:
-        word_matrix, matrix = self._matrix(docs)
-        probabilities = self.classifier.predict_proba(matrix)
-        classes = list(self.classifier.classes_)
-        similar = (word_matrix @ self.examples.T).toarray() if self.example_info else None
-        out = []
-        for row, probs in enumerate(probabilities):
-            words = {t for t in analyse(docs[row]) if t[:2] in ("l:", "c:", "x:")}
-            keep = len(words) / (len(words) + EVIDENCE_K)
-            full = {category: (1 - keep) / len(CATEGORIES) for category in CATEGORIES}
-            for c, p in zip(classes, probs):
-                full[c] += keep * float(p)
-            out.append(Opinion(full, self._nearest(similar[row]) if similar is not None else ()))
-        return out
-
-    def _nearest(self, similarity) -> tuple[Neighbour, ...]:
-        found: list[Neighbour] = []
-        seen: set[str] = set()
-        for index in similarity.argsort()[::-1]:
-            score = float(similarity[index])
-            if score < NEAREST_FLOOR or len(found) == NEAREST:
-                break
-            source, category, line = self.example_info[index]
-            if source in seen:
-                continue
-            seen.add(source)
-            found.append(Neighbour(source, category, line, round(score, 3)))
-        return tuple(found)
+        classifier = LogisticRegression(C=self.c, max_iter=3000, class_weight="balanced")
+        classifier.fit(matrix, labels)
+        self.classifier, self.matrix = classifier, matrix  # kept for the scorer's equivalence test
+        blocks, offset = [], 0
+        for vectorizer, scale in ((words, 1.0), (chars, self.char_weight), (context_chars, self.context_char_weight)):
+            vocabulary = {term: int(column) for term, column in vectorizer.vocabulary_.items()}
+            blocks.append(Block(vocabulary, np.asarray(vectorizer.idf_, dtype=np.float64), offset, scale))
+            offset += len(vocabulary)
+        by_column = word_matrix.tocsc()
+        examples = (by_column.indptr.astype(np.int64), by_column.indices.astype(np.int64),
+                    by_column.data.astype(np.float64), word_matrix.shape[0])
+        info = [(r.source, r.category, r.failure_line) for r in records] if records else []
+        coef = np.ascontiguousarray(classifier.coef_.T, dtype=np.float64)
+        return Scorer(blocks, coef, np.asarray(classifier.intercept_, dtype=np.float64),
+                      [str(c) for c in classifier.classes_], examples, info)
 
 
-def train(records: list[Record], read: Callable[[str], Failure], **params) -> FailureModel:
+def train(records: list[Record], read: Callable[[str], Failure], **params) -> Scorer:
     """A model fitted on `records`; `read` turns an excerpt into the Failure the engine sees
     (the engine passes its own rule-only reading of a failed job's log)."""
     docs = [fields_of(read(r.excerpt)) for r in records]
@@ -190,7 +160,7 @@ def train(records: list[Record], read: Callable[[str], Failure], **params) -> Fa
 # -- the default model: trained from the shipped corpus, cached ------------------------
 def corpus_files() -> list[Path]:
     override = os.environ.get("ETRIAGE_CORPUS")
-    paths = [Path(p) for p in override.split(os.pathsep)] if override else [TRAIN_FILE, EVAL_FILE]
+    paths = [Path(p) for p in override.split(os.pathsep)] if override else [TRAIN_FILE, EVAL_FILE, GENERATED_FILE]
     return [p for p in paths if p.exists()]
 
 
@@ -201,39 +171,45 @@ def cache_dir() -> Path:
 
 
 @functools.lru_cache(maxsize=2)
-def default_model(read: Callable[[str], Failure]) -> FailureModel | None:
+def default_model(read: Callable[[str], Failure]) -> Scorer | None:
     """The model trained on every shipped corpus record; None when no corpus is there (the
     rules alone decide then). Loaded from the cache when its key matches, else trained."""
     paths = corpus_files()
     if not paths:
         return None
-    import sklearn  # deferred (see FailureModel.fit): only its version, for the cache key
-
-    # The key covers the corpus and the code that reads it (extraction, rules, features).
+    # The key covers the corpus and the code that reads it (extraction, rules, features) and the
+    # trainer's version, read from its metadata: importing scikit-learn is what scoring avoids.
     code = sorted(Path(__file__).parent.glob("*.py")) + sorted(Path(__file__).parent.glob("rules/*.yaml"))
-    key = f"{corpus_hash(paths + code)}-f{FEATURE_VERSION}-sk{sklearn.__version__}"
-    cached = cache_dir() / f"model-{key}.pickle"
+    key = f"{corpus_hash(paths + code)}-f{FEATURE_VERSION}-sk{_sklearn_version()}"
+    cached = cache_dir() / f"model-{key}.npz"
     try:
-        with open(cached, "rb") as handle:
-            model = pickle.load(handle)
-        if isinstance(model, FailureModel) and getattr(model, "cache_key", None) == key:
-            return model
+        scorer = Scorer.load(cached, key)
+        if scorer is not None:
+            return scorer
     except FileNotFoundError:
         pass
     except Exception:  # noqa: BLE001 - a corrupt or foreign cache is rebuilt, never trusted
         pass
     records = [r for path in paths for r in load_corpus(path)]
-    model = train(records, read)
-    model.cache_key = key
-    _store(cached, model)
-    return model
+    scorer = train(records, read)
+    scorer.key = key
+    _store(cached, scorer)
+    return scorer
 
 
-def _store(path: Path, model: FailureModel) -> None:
+def _sklearn_version() -> str:
+    try:
+        return metadata.version("scikit-learn")
+    except metadata.PackageNotFoundError:
+        return "none"
+
+
+def _store(path: Path, scorer: Scorer) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("wb", dir=path.parent, delete=False) as handle:
-            pickle.dump(model, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        with tempfile.NamedTemporaryFile("wb", dir=path.parent, suffix=".npz", delete=False) as handle:
+            pass
+        scorer.save(Path(handle.name))
         os.replace(handle.name, path)  # atomic: a reader never sees half a file
     except OSError:
         pass  # a read-only cache location costs a retrain next time, nothing else

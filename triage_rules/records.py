@@ -28,6 +28,10 @@ CATEGORIES: tuple[str, ...] = (
     "other",
 )
 
+# A category becomes a label on the PR only at this confidence or above (and not unsure): where
+# the grouped cross-validation's reliability table shows a stated confidence right >= 95%.
+LABEL_CONFIDENCE = 0.9
+
 
 @dataclass(frozen=True)
 class Frame:
@@ -59,6 +63,10 @@ class Failure:
     # True when the rule says the environment (SDK, runner, device, runtime build), not the
     # change under test, is at fault. The pipeline turns this into the `environment` verdict.
     environment: bool = False
+    # True when all the log offers is a CI wrapper's exit line (`Process completed with exit
+    # code 1`): the real error is not in this log. The pipeline says so (`not_in_log`), never
+    # `new` and never the environment.
+    error_not_in_log: bool = False
     # Other lines of the same incident (the extractor's evidence), for the model and readers.
     evidence: list[str] = field(default_factory=list)
     # How the category was decided: a rule's id, or "model" (the learned second opinion), and
@@ -67,6 +75,13 @@ class Failure:
     decided_by: str = ""
     confidence: float = 0.0
     looks_like: list[dict] = field(default_factory=list)
+    # What decided the category, strongest first, as a reader would check it: the rule and its
+    # strength, the structural signals (frames, objects named), the failing test's area, the
+    # model's leading categories and its heaviest features. `explain` and `classify` show it.
+    decision: list[str] = field(default_factory=list)
+    # [category, runner-up] when the two are close or the confidence is low: the report says
+    # "X or Y, unsure" and no label is applied; empty when the engine is sure.
+    unsure: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dump(self)

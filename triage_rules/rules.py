@@ -8,6 +8,8 @@ A rule file holds `rules:`, a list of mappings:
       priority: 90                         # higher wins when several rules match
       environment: true                    # the environment, not the change, is at fault
       strength: strong                     # strong (default) | weak (generic) | certain
+      crash: false                         # a process crash: never the environment's (decide.py)
+      wrapper_only: false                  # a CI wrapper's exit line: the real error is elsewhere
       match:                               # every listed matcher must match (regex search)
         line: 'Backend (?P<backend>\\w+) is not registered'
       explanation: "The runtime has no {backend} backend ..."   # {captures}, {test}, ...
@@ -66,6 +68,8 @@ class _RuleEntry(ym.StrictModel):
     owners: tuple[ym.pattern(r"[@/]", "an @handle or a /path/"), ...] = ()
     environment: ym.Bool = False
     strength: Literal[STRENGTHS] = "strong"
+    crash: ym.Bool = False
+    wrapper_only: ym.Bool = False
 
 
 class _RuleFile(ym.StrictModel):
@@ -88,6 +92,12 @@ class Rule:
     owners: tuple[str, ...] = ()
     environment: bool = False
     strength: str = "strong"
+    # A process crash (signal, abort, sanitizer report, `Fatal Python error`): what the change
+    # can cause, so never the environment's; the model may refine its category, never to an
+    # environment one. `wrapper_only`: a CI wrapper's exit line (`docker exec ... failed with
+    # exit code 1`) is all the log says: the real error is not in it.
+    crash: bool = False
+    wrapper_only: bool = False
     source: str = ""  # file:line, for messages
 
 
@@ -127,7 +137,7 @@ def parse_rules(text: str, source: str) -> list[Rule]:
         rule = Rule(id=entry.id, category=entry.category, title=entry.title, priority=entry.priority,
                     matchers=tuple(entry.match.items()), explanation=entry.explanation,
                     suggestion=entry.suggestion, owners=entry.owners, environment=entry.environment,
-                    strength=entry.strength, source=f"{source}:{located.line(('rules', index))}")
+                    strength=entry.strength, crash=entry.crash, wrapper_only=entry.wrapper_only, source=f"{source}:{located.line(('rules', index))}")
         captures = {name for _, pattern in rule.matchers for name in pattern.groupindex}
         template = _TEMPLATE_FIELD_RE.match(rule.category)
         if template and template.group(1) not in captures:

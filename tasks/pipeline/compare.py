@@ -8,6 +8,8 @@ in a CI job's log are judged by the same rule (`judge`) and set aside by the sam
     pre_existing  fails at head and at the merge base (CI: the merge base's CI has the same
                   fingerprint)
     flaky         failed at head, passed when retried at the same head
+    not_in_log    all the log holds is a CI wrapper's exit line: the real error is elsewhere
+                  (the job's page); neither new nor the environment's
     new           fails at head, passed (or did not exist) at the merge base
     fixed         failed at the merge base, passes at head (suites with whole merge-base results)
     ignored       would be new, but a maintainer set it aside (`/etriage ignore`): shown with the
@@ -15,15 +17,22 @@ in a CI job's log are judged by the same rule (`judge`) and set aside by the sam
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 
 from tasks.records import VERDICTS, SuiteResult, TestResult, Verdict
+from triage_rules.fingerprint import fingerprint, normalise
 from triage_rules.records import Failure
 
 FAILED = ("failed", "error")
 Key = tuple[str, str, str]  # (suite, target, test)
 _MISSING = re.compile(r"No module named '([\w.]+)'")
+_PROBE_PROBLEM = re.compile(r"ProbeFailure: \[(?P<category>\w+)\] [^:]+: (?P<problem>[^:]+): ")
+# What excuses the change; a `new` verdict never says it (the category's text is for a
+# confident environment verdict, and a model only leaning to ci_infra is not one).
+_EXCUSE = re.compile(r"(?i)not (?:caused by )?(?:the|this) change|not the change's|not failed by the change"
+                     r"|re-?run the job|it is the infrastructure's")
 
 
 def crash_test(suite: SuiteResult) -> TestResult:
@@ -76,6 +85,8 @@ def judge(found: list[Failure], *, failed_at_base: bool, passed_on_retry: bool =
           environment: bool = False) -> str:
     """The verdict of one failure at head, whoever found it. `environment`: the caller knows
     more than the engine (a package missing at head and at the merge base alike)."""
+    if found and all(f.error_not_in_log for f in found):
+        return "not_in_log"
     if environment or any(f.environment for f in found):
         return "environment"
     if failed_at_base:
@@ -102,16 +113,17 @@ def decide(base: dict[Key, TestResult], head: dict[Key, TestResult], failures: d
             found = failures.get(key, [])
             failure = primary(found) or Failure(line=test.message, line_no=0, test=test.test,  # no engine
                                                 fingerprint=_test_fingerprint(test.test))
+            verdict = judge(found, failed_at_base=base_outcome in FAILED,
+                            passed_on_retry=key in retried and retried[key].outcome == "passed",
+                            environment=bool(base_broken) or _same_missing_package(test, base_test))
             verdicts.append(Verdict(
                 suite=key[0], test=key[2], target=key[1], base=base_outcome, head=test.outcome,
-                verdict=judge(found, failed_at_base=base_outcome in FAILED,
-                              passed_on_retry=key in retried and retried[key].outcome == "passed",
-                              environment=bool(base_broken) or _same_missing_package(test, base_test)),
-                failure=failure, log_excerpt=_excerpt(test.text or test.message, failure)))
+                verdict=verdict, failure=worded_for(verdict, failure),
+                log_excerpt=_excerpt(test.text or test.message, failure)))
         elif base_outcome in FAILED and test.outcome == "passed" and (complete is None or key[:2] in complete):
             verdicts.append(Verdict(suite=key[0], test=key[2], target=key[1], base=base_outcome,
                                     head=test.outcome, verdict="fixed"))
-    return verdicts
+    return assign_roots(verdicts)
 
 
 def decide_ci(found: list[tuple[dict, Failure]], base_fingerprints: set[str]) -> list[Verdict]:
@@ -121,12 +133,70 @@ def decide_ci(found: list[tuple[dict, Failure]], base_fingerprints: set[str]) ->
     verdicts = []
     for job, failure in found:
         at_base = failure.fingerprint in base_fingerprints
+        verdict = judge([failure], failed_at_base=at_base)
         verdicts.append(Verdict(
             suite=job["name"], test=failure.test or "", target=job.get("runner_name") or "ci",
             base="failed" if at_base else "absent", head="failed",
-            verdict=judge([failure], failed_at_base=at_base), failure=failure,
-            log_excerpt=_excerpt("", failure)))
+            verdict=verdict, failure=worded_for(verdict, failure),
+            log_excerpt=_excerpt("", failure), link=job.get("html_url") or ""))
+    return assign_roots(verdicts)
+
+
+def root_of(failure: Failure) -> str:
+    """What makes two failures one: the exception's name and the message's shape (volatile
+    parts normalised), whichever test, probe, target or job showed it; the fingerprint when
+    there is no message. A probe's failure reads "[category] what it lowered: problem: details":
+    probes that found the same problem are one root whatever program they lowered."""
+    probe = _PROBE_PROBLEM.search(failure.line)
+    if probe:
+        return fingerprint("probe", probe["category"], normalise(probe["problem"]))
+    message = (failure.message or "").strip()
+    if not message:
+        return failure.fingerprint
+    exception = (failure.exception or "").rsplit(".", 1)[-1]
+    return fingerprint("root", exception, normalise(message))
+
+
+def assign_roots(verdicts: list[Verdict]) -> list[Verdict]:
+    """Give each verdict its root (see root_of). Verdicts sharing a fingerprint share a root
+    too: a pytest summary line and its traceback, or a failure whose message differs only in
+    what the fingerprint normalises away."""
+    by_fingerprint: dict[str, str] = {}
+    for verdict in verdicts:
+        if verdict.failure is None:
+            verdict.root = f"{verdict.suite}/{verdict.target}/{verdict.test}"
+            continue
+        verdict.root = by_fingerprint.setdefault(verdict.fingerprint, root_of(verdict.failure))
     return verdicts
+
+
+def spread(group: list[Verdict], ci: bool = False) -> str:
+    """Where one root cause showed, compactly: "in 5 tests and 3 probes"; of CI logs, "in 2 jobs"."""
+    kinds: dict[str, set] = {}
+    for verdict in group:
+        kind = "job" if ci else "probe" if verdict.suite == "probes" else "test"
+        kinds.setdefault(kind, set()).add(verdict.suite if ci else (verdict.suite, verdict.test, verdict.target))
+    return "in " + " and ".join(f"{len(items)} {kind}{'s' if len(items) != 1 else ''}" for kind, items in kinds.items())
+
+
+def by_root(verdicts: list[Verdict]) -> list[list[Verdict]]:
+    """The verdicts grouped by verdict and root cause, in the order the roots first appear."""
+    groups: dict[tuple, list[Verdict]] = {}
+    for verdict in verdicts:
+        groups.setdefault((verdict.verdict, verdict.root or verdict.fingerprint or id(verdict)), []).append(verdict)
+    return list(groups.values())
+
+
+def worded_for(verdict: str, failure: Failure) -> Failure:
+    """The failure as the verdict may speak of it: a `new` one is never excused ("not the
+    change", "re-run the job"), whatever its category's text says. A copy when reworded."""
+    if verdict != "new" or not (_EXCUSE.search(failure.explanation) or _EXCUSE.search(failure.suggestion)):
+        return failure
+    return dataclasses.replace(
+        failure,
+        explanation=(f"It looks like `{failure.category}` ({failure.title or 'no title'}), but not surely enough "
+                     f"to blame the environment, and it did not fail at the merge base: {failure.line.strip()}"),
+        suggestion="Run it at the merge base (or on another runner) to tell the environment from the change.")
 
 
 def _test_fingerprint(test: str) -> str:
@@ -145,7 +215,8 @@ def apply_ignores(verdicts: list[Verdict], ignored: dict[str, str]) -> dict[str,
 
 
 def tally(verdicts: list[Verdict]) -> dict[str, int]:
-    return {v: sum(r.verdict == v for r in verdicts) for v in (*VERDICTS, "ignored")}
+    """verdict -> root causes (one failure in 5 tests counts once; see assign_roots)."""
+    return {v: len({r.root or id(r) for r in verdicts if r.verdict == v}) for v in (*VERDICTS, "ignored")}
 
 
 def missing_package(test: TestResult | None) -> str | None:

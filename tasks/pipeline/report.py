@@ -10,7 +10,7 @@ import re
 from collections import defaultdict
 
 from bot import md
-
+from tasks.pipeline.compare import by_root, spread
 from tasks.pipeline.matrix import matrix
 from tasks.records import Report, Verdict
 from triage_rules.records import Failure, dump
@@ -34,6 +34,8 @@ def headline(report: Report) -> str:
     parts = [f"{new} new failure{'s' if new != 1 else ''} caused by this change",
              f"{s.get('pre_existing', 0)} pre-existing", f"{s.get('flaky', 0)} flaky",
              f"{s.get('environment', 0)} environment"]
+    if s.get("not_in_log"):
+        parts.append(f"{s['not_in_log']} with the real error not in the log")
     if s.get("fixed"):
         parts.append(f"{s['fixed']} fixed")
     if s.get("not_run"):
@@ -41,21 +43,14 @@ def headline(report: Report) -> str:
     return ", ".join(parts)
 
 
-def _groups(verdicts: list[Verdict]) -> list[list[Verdict]]:
-    groups: dict[str, list[Verdict]] = defaultdict(list)
-    for v in verdicts:
-        groups[v.fingerprint or f"{v.category}:{v.primary_line}"].append(v)
-    return list(groups.values())
-
-
 def _section(group: list[Verdict], h: str) -> list[str]:
     first = group[0]
     failure = first.failure or Failure(line="", line_no=0)
     title = md.text(failure.title or failure.category, 120)
-    lines = [f"{h}# {title}: {len(group)} test{'s' if len(group) > 1 else ''}", ""]
+    lines = [f"{h}# {title}: 1 failure, {md.text(spread(group), 200)}", ""]
     how = (f" (decided by {md.code(failure.decided_by, 80)}, confidence {failure.confidence:.2f})"
            if failure.decided_by else f" (rule {md.code(failure.rule, 80)})" if failure.rule else "")
-    lines.append(f"- **Category:** {md.code(failure.category, 60)}{how}")
+    lines.append(f"- **Category:** {md.text(first.category_words, 120)}{how}")
     if failure.looks_like:
         lines.append("- **Looks like:** " + ", ".join(
             f"{_corpus_link(n)} ({float(n.get('similarity') or 0):.2f})" for n in failure.looks_like[:3]))
@@ -165,7 +160,7 @@ def to_markdown(report: Report, *, section_title: str | None = None) -> str:
         by_verdict[v.verdict].append(v)
     if by_verdict["new"]:
         lines += [f"{h} New failures caused by this change", ""]
-        for group in _groups(by_verdict["new"]):
+        for group in by_root(by_verdict["new"]):
             lines += _section(group, h)
     refused = [v for v in by_verdict["environment"] if v.failure and v.failure.rule == "refused"]
     if refused:  # the change's own tree, never "not the change's fault"
@@ -182,7 +177,9 @@ def to_markdown(report: Report, *, section_title: str | None = None) -> str:
         lines += [f"- {md.code(v.test)} ({md.text(v.target, 60)}): {md.code(v.primary_line.strip(), 160)} "
                   f"— *{md.text(v.ignored_reason, 500)}*" for v in by_verdict["ignored"]] + [""]
     for verdict, title in (("pre_existing", "Pre-existing failures (also fail at the merge base)"),
-                           ("flaky", "Flaky (failed, then passed on retry)"), ("fixed", "Fixed by this change")):
+                           ("flaky", "Flaky (failed, then passed on retry)"),
+                           ("not_in_log", "Real error not in the log (only a wrapper's exit line)"),
+                           ("fixed", "Fixed by this change")):
         if by_verdict[verdict]:
             lines += [f"{h} {title}", ""]
             lines += [f"- {md.code(v.test)} ({md.text(v.target, 60)})"

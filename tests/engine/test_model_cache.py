@@ -24,11 +24,20 @@ def test_missing_then_corrupt_cache_is_rebuilt_never_a_crash(tmp_path):
 
     first = classify(env, log)  # no cache yet: trained and stored
     assert first.returncode == 0, first.stderr
-    [stored] = list(cache.glob("model-*.pickle"))
+    [stored] = list(cache.glob("model-*.npz"))
     size = stored.stat().st_size
     assert size > 1000
 
-    stored.write_bytes(b"not a pickle at all")  # corrupt
+    # from the cache, scoring imports neither scikit-learn nor scipy (the fast start, issue 21)
+    probe = ("import sys, json\nfrom triage_rules.engine import classify_text\n"
+             "[f] = classify_text(sys.stdin.read())\n"
+             "print(json.dumps([f.decided_by, sorted(m for m in ('sklearn', 'scipy') if m in sys.modules)]))")
+    cached = subprocess.run([sys.executable, "-c", probe], input=log, capture_output=True, timeout=300, env=env,
+                            check=False)
+    assert cached.returncode == 0, cached.stderr
+    assert json.loads(cached.stdout) == [json.loads(first.stdout)["failures"][0]["decided_by"], []]
+
+    stored.write_bytes(b"not an npz at all")  # corrupt
     second = classify(env, log)
     assert second.returncode == 0, second.stderr
     assert json.loads(second.stdout) == json.loads(first.stdout)  # same answer: training is deterministic
@@ -37,5 +46,5 @@ def test_missing_then_corrupt_cache_is_rebuilt_never_a_crash(tmp_path):
     small.write_text("\n".join(lines[1::6]) + "\n", encoding="utf-8")  # another corpus: another key
     third = classify(env, log)
     assert third.returncode == 0, third.stderr
-    assert len(list(cache.glob("model-*.pickle"))) == 2
+    assert len(list(cache.glob("model-*.npz"))) == 2
     assert json.loads(third.stdout)["failures"][0]["decided_by"]

@@ -40,7 +40,7 @@ def test_report_as_a_section_of_the_comment():
     section = to_markdown(_report(), section_title="T").splitlines()
     assert standalone[0].startswith("## etriage: ") and section[0] == "### T"
     assert "## New failures caused by this change" in standalone
-    assert "#### New failures caused by this change" in section and "##### Probe failed: 1 test" in section
+    assert "#### New failures caused by this change" in section and "##### Probe failed: 1 failure, in 1 probe" in section
     assert [line for line in section if line.startswith("## ")] == ["## not a heading"]  # only fenced text
     assert section[section.index("> a note") + 1] == ""  # a heading after a quote is not part of it
     assert section[section.index("## not a heading") - 1] == "```"  # fenced log text is left alone

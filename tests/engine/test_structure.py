@@ -1,0 +1,77 @@
+"""Structure before words (issue 21, item 1): the frames on the stack and the objects a failure
+names are evidence the decision weighs, a probe's own category is never overruled, and the
+evidence that decided is shown. The multi-method SpecViolationError is the first seed thread's
+failure (`to_backend(MethodProgramsPartitionerSpec(...))` rejecting `fused_first_tag1`)."""
+from __future__ import annotations
+
+import pytest
+
+from tasks.pipeline import compare
+from tasks.records import TestResult as Outcome
+from triage_rules import classify_text
+from triage_rules.records import Failure, Frame
+from triage_rules.structure import found_in, pointed_to
+
+TRACEBACK = """Traceback (most recent call last):
+  File "/executorch/exir/backend/test/test_to_backend_multi_method.py", line 212, in test_multi_method_to_backend_two_methods_different_backends
+    lowered = to_backend(MethodProgramsPartitionerSpec(edge_programs, partitioners))
+  File "/executorch/exir/backend/backend_api.py", line 770, in _
+    _unsafe_adjust_original_program(
+  File "/executorch/exir/backend/utils.py", line 455, in _unsafe_adjust_original_program
+    original_program._validate()
+  File "/executorch/exir/verification/verifier.py", line 139, in _check_graph_module
+    raise SpecViolationError(
+torch._export.verifier.SpecViolationError: call_module is not valid: got a class 'fused_first_tag1'
+"""
+TEST = ("exir/backend/test/test_to_backend_multi_method.py::TestToBackendMultiMethod::"
+        "test_multi_method_to_backend_two_methods_different_backends")
+
+
+@pytest.mark.parametrize("line, frames, expected", [
+    ("SpecViolationError: call_module is not valid: got a class 'fused_first_tag1'",
+     [Frame("exir/backend/utils.py", 455, "_unsafe_adjust_original_program")],
+     ["adjust_original_program", "fused_submodule"]),
+    ("AssertionError: index_put_ is no longer a BUFFER_MUTATION output",
+     [Frame("exir/passes/insert_write_back_for_buffers_pass.py", 80, "insert_write_back_for_buffers_pass")],
+     ["write_back", "buffer_mutation", "index_put"]),
+    ("RuntimeError: getitem index 3 out of range for executorch_call_delegate",
+     [Frame("exir/memory_planning.py", 10, "apply_algo")], ["memory_planning", "getitem", "call_delegate"]),
+    ("ValueError: b__frozen_param0 is a constant", [Frame("torchao/quantization/pt2e/quantize_pt2e.py", 1, "convert_pt2e")],
+     ["quantizer_convert", "frozen_param"]),
+    ("AssertionError: 3 != 4", [], []),
+])
+def test_signals_are_read_from_frames_and_the_objects_named(line, frames, expected):
+    failure = Failure(line=line, line_no=1, message=line, frames=frames)
+    assert found_in(failure) == expected
+
+
+def test_only_signals_that_say_what_the_failure_is_point_to_a_category():
+    assert pointed_to(["to_backend", "fused_submodule", "method_programs", "index_put"]) == {
+        "multi_method_lowering": ["method_programs"], "mutable_buffer": ["index_put"]}
+
+
+def test_a_multi_method_spec_violation_in_a_ci_log_is_multi_method_lowering():
+    [failure] = classify_text(TRACEBACK, job_name="pull / unittest / linux", failed=True)
+    assert failure.exception.endswith("SpecViolationError")
+    assert failure.category == "multi_method_lowering" and not failure.unsure
+    assert failure.decided_by in ("structure", "model")
+    assert any("method_programs point to multi_method_lowering" in reason for reason in failure.decision)
+    assert any("export-spec-violation` (weak)" in reason for reason in failure.decision)
+
+
+def test_a_multi_method_spec_violation_in_the_bots_own_run_is_multi_method_lowering():
+    key = ("selected", "host", TEST)
+    heads = {key: Outcome(suite="selected", test=TEST, target="host", outcome="failed",
+                          message=TRACEBACK.strip().splitlines()[-1], text=TRACEBACK)}
+    base = {key: Outcome(suite="selected", test=TEST, target="host", outcome="passed")}
+    [verdict] = compare.decide(base, heads, compare.classify_failing(heads, classify_text), {})
+    assert (verdict.verdict, verdict.category) == ("new", "multi_method_lowering")
+    assert any("guards multi_method_lowering" in reason for reason in verdict.failure.decision)
+
+
+def test_a_probes_own_category_is_never_overruled_by_structure():
+    text = ("ProbeFailure: [multi_method_lowering] kv cache methods: index_put_ on k_cache lost its "
+            "BUFFER_MUTATION output in method 'decode'\n")
+    [failure] = classify_text(text, failed=True)
+    assert (failure.category, failure.decided_by, failure.confidence) == ("multi_method_lowering", "probe-failure", 1.0)
+    assert "never overruled" in failure.decision[-1]

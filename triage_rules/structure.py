@@ -1,0 +1,69 @@
+"""Structural evidence: what a failure is in the program, read from its stack and the objects
+its text names (`structure.yaml`), before any word of its message.
+
+    Failure ─▶ frames (file + function) and text (line, message, context, evidence)
+            ─▶ the signals found (`to_backend`, `fused_submodule`, `buffer_mutation`, ...)
+
+The model reads every signal as a feature (`s:<id>`, weight learned from the corpus); the
+decision adds a signal's `points_to` category as evidence of its own (decide.py).
+"""
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from triage_rules.records import CATEGORIES, Failure
+
+STRUCTURE_FILE = Path(__file__).with_name("structure.yaml")
+WHERE = ("frames", "text", "any")
+MAX_TEXT = 8000
+
+
+@dataclass(frozen=True)
+class Signal:
+    id: str
+    where: str
+    pattern: re.Pattern[str]
+    points_to: str | None = None
+
+
+@functools.lru_cache(maxsize=1)
+def signals() -> tuple[Signal, ...]:
+    data = yaml.safe_load(STRUCTURE_FILE.read_text(encoding="utf-8"))
+    out = []
+    for index, entry in enumerate(data.get("signals") or []):
+        where = f"{STRUCTURE_FILE.name}: signal {index + 1}"
+        unknown = set(entry) - {"id", "where", "pattern", "points_to"}
+        if unknown or not {"id", "where", "pattern"} <= set(entry):
+            raise ValueError(f"{where}: keys are id, where, pattern, points_to (got {sorted(entry)})")
+        if entry["where"] not in WHERE or entry.get("points_to", "other") not in CATEGORIES:
+            raise ValueError(f"{where}: where is one of {', '.join(WHERE)}; points_to a category")
+        out.append(Signal(entry["id"], entry["where"], re.compile(entry["pattern"]), entry.get("points_to")))
+    return tuple(out)
+
+
+def found_in(failure: Failure) -> list[str]:
+    """The ids of the signals this failure shows, in the table's order."""
+    frames = " ".join(f"{f.file} {f.function}" for f in failure.frames)
+    text = "\n".join([failure.line, failure.message, *failure.context, *failure.evidence])[:MAX_TEXT]
+    found = []
+    for signal in signals():
+        where = {"frames": frames, "text": text, "any": f"{frames}\n{text}"}[signal.where]
+        if signal.pattern.search(where):
+            found.append(signal.id)
+    return found
+
+
+def pointed_to(ids: list[str]) -> dict[str, list[str]]:
+    """category -> the signals among `ids` that point to it."""
+    by_id = {s.id: s for s in signals()}
+    out: dict[str, list[str]] = {}
+    for signal_id in ids:
+        category = by_id[signal_id].points_to if signal_id in by_id else None
+        if category:
+            out.setdefault(category, []).append(signal_id)
+    return out
