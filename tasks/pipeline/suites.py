@@ -22,6 +22,7 @@ from triage_rules.junit import read_junit
 TEXT_LIMIT = 12000
 PLUGIN_DIR = Path(__file__).resolve().parent / "pytest_plugin"  # etriage_pytest.py
 PLUGIN_CONFIG = "etriage-pytest.json"
+RECORD = "etriage-record.json"  # the plugin's CPU seconds and lines per test
 PYTEST_INI = "[pytest]\naddopts =\ntimeout = 600\njunit_logging = all\njunit_family = xunit1\n"
 
 
@@ -40,8 +41,10 @@ class SuiteRun:
     values: dict[str, str] = field(default_factory=dict)  # extra command placeholders
     attempt: int = 0
     phase: str = "head"  # head | base | retry: keeps work directories apart
-    budget_seconds: float | None = None  # pytest: skip the rest of `paths` once spent
+    budget_seconds: float | None = None  # pytest: the wall-clock safety net over `budget_paths`
     budget_paths: tuple[str, ...] = ()
+    order: tuple[str, ...] = ()  # pytest: run in this order (the selection's rank: node ids, files)
+    coverage: bool = False  # pytest: record each test's lines (coverage_map.py); CPU time always
     sandbox: Sandbox = field(default_factory=Sandbox)  # how the change's code runs
 
     @property
@@ -78,6 +81,11 @@ def pytest_command(run: SuiteRun, junit: Path) -> list[str]:
         targets = list(run.paths or run.suite.paths)
     if run.budget_seconds is not None and run.budget_paths:
         config["budget"] = {"seconds": run.budget_seconds, "paths": list(run.budget_paths)}
+    if run.order:
+        config["order"] = list(run.order)
+    (junit.parent / RECORD).unlink(missing_ok=True)  # not an earlier attempt's
+    config["record"] = str(junit.parent / RECORD)
+    config["coverage"] = run.coverage
     (junit.parent / PLUGIN_CONFIG).write_text(json.dumps(config))
     return [run.python, "-m", "pytest", "-p", "no:cacheprovider", "-p", "etriage_pytest", "-c", str(ini),
             "--rootdir", str(run.package_dir), "-q", "--junit-xml", str(junit),
@@ -173,10 +181,21 @@ def execute(run: SuiteRun, cmd: list[str], env: dict[str, str], junit: Path) -> 
     start = time.monotonic()
     log_path = junit.with_suffix(".log")
     done = run_logged(cmd, cwd=run.package_dir, env=env, log_path=log_path, timeout=run.timeout,
-                      sandbox=run.sandbox, python=run.python, readable=run.readable(), outputs=[junit])
+                      sandbox=run.sandbox, python=run.python, readable=run.readable(),
+                      outputs=[junit, junit.parent / RECORD] if run.suite.kind in ("pytest", "selected") else [junit])
     result = SuiteResult(suite=run.suite.name, target=run.target, commit=run.build.commit,
                          status="ran", command=cmd, seconds=round(time.monotonic() - start, 2))
     tests = read_results(junit, run) if junit.is_file() and junit.stat().st_size else []
+    record = junit.parent / RECORD
+    if record.is_file() and record.stat().st_size:
+        result.record_path = str(record)
+        try:
+            cpu = json.loads(record.read_text()).get("cpu", {})
+        except (ValueError, AttributeError):
+            cpu = {}
+        for test in tests:
+            if isinstance(cpu.get(test.test), (int, float)):
+                test.cpu_seconds = float(cpu[test.test])
     if not tests:
         result.status = "crashed"
         why = "timed out" if done.returncode is None else f"exit code {done.returncode}"

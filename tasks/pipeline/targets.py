@@ -87,7 +87,8 @@ def _combine(runs: list[SuiteRun]) -> SuiteRun:
                   paths=paths, args=runs[0].suite.args)
     return replace(runs[0], suite=suite, paths=paths, node_ids=node_ids,
                    budget_seconds=budget.budget_seconds if budget else None,
-                   budget_paths=budget.budget_paths if budget else ())
+                   budget_paths=budget.budget_paths if budget else (),
+                   order=tuple(t for r in runs for t in r.order), coverage=any(r.coverage for r in runs))
 
 
 def _split(combined: SuiteResult, runs: list[SuiteRun]) -> list[SuiteResult]:
@@ -102,7 +103,7 @@ def _split(combined: SuiteResult, runs: list[SuiteRun]) -> list[SuiteResult]:
     for run in runs:
         part = SuiteResult(suite=run.suite.name, target=combined.target, commit=combined.commit,
                            status=combined.status, reason=combined.reason, command=combined.command,
-                           log_excerpt=combined.log_excerpt)
+                           log_excerpt=combined.log_excerpt, record_path=combined.record_path)
         part.tests = [replace(t, suite=run.suite.name) for t in combined.tests
                       if owner.get(t.test.split("::", 1)[0], runs[0].suite.name) == run.suite.name]
         part.seconds = round(sum(t.seconds for t in part.tests), 2)
