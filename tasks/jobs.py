@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+from pathlib import Path
 
 import redis
 from celery import Task, shared_task
@@ -19,6 +20,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from bot import queues
 from bot.github_client import GitHubError, GitHubUnavailable, install_redaction
 from tasks import service, warm
+from tasks.pipeline import coverage_build
 from tasks.pipeline.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
@@ -119,6 +121,18 @@ def pr_closed(ctx, repo, pr, installation_id):
 def warm_environment(ctx, repo, branch, sha, installation_id):
     return warm.warm_environment(ctx, repo, branch, sha, checkout=ctx.settings.repo_checkouts.get(repo),
                                  python=sys.executable, sandbox=Sandbox(bwrap=ctx.options.sandbox_bwrap)).state
+
+
+@_task(queues.COVERAGE_MAP)
+def coverage_map(ctx, repo, sha, max_files=None):
+    """A slice of a trunk commit's coverage map (resumable: a redelivery or the next call
+    carries on where this one stopped). Returns what is left, for the caller to queue again."""
+    checkout = ctx.settings.repo_checkouts.get(repo)
+    if not checkout:
+        return {"status": "skipped", "reason": f"no local clone of {repo} on this worker"}
+    built = coverage_build.build_map(Path(checkout), sha, ctx.store, Path(ctx.settings.data_dir),
+                                     max_files=max_files, sandbox=Sandbox(bwrap=ctx.options.sandbox_bwrap))
+    return {"status": built.status, "reason": built.reason, "counts": built.counts, "remaining": built.remaining}
 
 
 @_task(queues.INSTALLATION)

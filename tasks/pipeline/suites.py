@@ -7,6 +7,7 @@ directory) so the change's test files are the ones collected.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 import time
@@ -174,6 +175,31 @@ def run_each(target, runs: list[SuiteRun]) -> list[tuple[list[SuiteResult], floa
         result = target.run(run)
         done.append(([result], result.seconds, not run.node_ids))
     return done
+
+
+_BROKEN_CONFTEST = re.compile(r"ImportError while loading conftest '([^']+)'")
+
+
+def broken_conftest(log_text: str, run: SuiteRun) -> str | None:
+    """The package-relative directory of a conftest.py that failed to import, from pytest's
+    log: pytest stops the whole session for it (--continue-on-collection-errors does not help),
+    so the files below it are set apart and the others run again. None when there is none."""
+    match = _BROKEN_CONFTEST.search(log_text)
+    if not match:
+        return None
+    where = Path(match.group(1)).parent
+    for root in (run.package_dir, run.package_dir.resolve()):
+        try:
+            relative = str(where.relative_to(root))
+        except ValueError:
+            continue
+        return "" if relative == "." else relative
+    return None
+
+
+def under(path: str, directory: str) -> bool:
+    file = path.split("::", 1)[0]
+    return not directory or file.startswith(directory.rstrip("/") + "/")
 
 
 def execute(run: SuiteRun, cmd: list[str], env: dict[str, str], junit: Path) -> SuiteResult:
