@@ -130,3 +130,90 @@ def test_rows_are_keyed_by_blob_and_an_unchanged_file_keeps_them(tmp_path, gitki
     assert found.hits == {} and found.uncovered == {"core/ops.py": [(15, 16)]}
     assert found.notes() == ["no test executes `core/ops.py:15-16` among the tests that ran at the "
                              "merge base's version of it"]
+
+
+def _suite_tree(root: Path, broken: bool) -> Path:
+    """A tree with an uncollectable directory (its conftest.py imports a package this worker
+    lacks, as backends/arm/test/conftest.py does without tosa_serializer) and a catching test
+    that fails when `broken`."""
+    (root / "arm" / "test").mkdir(parents=True)
+    (root / "arm" / "test" / "conftest.py").write_text("import tosa_serializer_not_installed\n")
+    (root / "arm" / "test" / "test_arm_ops.py").write_text("def test_arm():\n    pass\n")
+    (root / "exir" / "tests").mkdir(parents=True)
+    (root / "exir" / "tests" / "test_catch.py").write_text(
+        f"def test_ok():\n    pass\n\n\ndef test_catches():\n    assert {2 if broken else 1} == 1, 'the regression'\n")
+    return root
+
+
+def _host_run(root: Path, phase: str):
+    build = BuildResult(status="ok", kind="none", commit="c" * 40, overlay_dir=str(root.parent), package_dir=str(root))
+    run = SuiteRun(load_tables().suites["selected"], build, "host", root.parent / "run", sys.executable,
+                   ("arm/test/test_arm_ops.py", "exir/tests/test_catch.py"), timeout=300, phase=phase,
+                   sandbox=Sandbox())
+    return make_target(load_tables().targets["host"], {}).run(run)
+
+
+def test_an_uncollectable_directory_beside_the_catching_test_does_not_hide_it(tmp_path):
+    from tasks.pipeline import compare
+    from triage_rules import classify_text
+
+    head = _host_run(_suite_tree(tmp_path / "head" / "pkg", broken=True), "head")
+    outcomes = {t.test: t.outcome for t in head.tests}
+    assert outcomes == {"arm/test/test_arm_ops.py": "error", "exir/tests/test_catch.py::test_ok": "passed",
+                        "exir/tests/test_catch.py::test_catches": "failed"}, (head.reason, head.log_excerpt)
+    assert head.status == "ran" and "could not be collected" in head.reason
+    contained = next(t for t in head.tests if t.test == "arm/test/test_arm_ops.py")
+    assert "No module named 'tosa_serializer_not_installed'" in contained.text
+    base = _host_run(_suite_tree(tmp_path / "base" / "pkg", broken=False), "base")
+    head_idx, base_idx = compare.index([head]), compare.index([base])
+    failures = compare.classify_failing(head_idx, classify_text)
+    verdicts = {v.test: v.verdict for v in compare.decide(base_idx, head_idx, failures, {})}
+    # the package is missing at head and base alike: environment; the catching test: new
+    assert verdicts == {"arm/test/test_arm_ops.py": "environment", "exir/tests/test_catch.py::test_catches": "new"}
+
+
+def _learned(record: dict, tmp_path: Path, name: str) -> dict:
+    from tasks.records import SuiteResult, TestResult
+
+    tests = [TestResult(suite="selected", test=t, target="host", outcome="passed", seconds=record["wall"][t],
+                        cpu_seconds=cpu) for t, cpu in record["cpu"].items()]
+    durations.record(tmp_path / name, [SuiteResult("selected", "host", "c", "ran", tests=tests)], whole_files=True)
+    return durations.load(tmp_path / name)
+
+
+def test_a_busy_worker_selects_and_runs_the_same_tests(tmp_path):
+    """The budget is spent before the run in learned CPU seconds: beside two CPU hogs (`yes >
+    /dev/null`) the same tests are chosen, in the same order, and none is cut at run time."""
+    from dataclasses import replace
+
+    root = _tree(tmp_path)
+    idle = _pytest(root, {}, "tests/test_ops.py")
+    hogs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(2)]
+    try:
+        busy = _pytest(root, {"budget": {"seconds": 600, "paths": ["tests/test_ops.py"]}}, "tests/test_ops.py")
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert sorted(busy["order"]) == sorted(idle["order"])  # the safety net cut nothing
+    test_ids = sorted(idle["cpu"])
+    graph = {"imports": {}, "paths": {}, "tests": {"tests/test_ops.py": 4}, "test_ids": {"tests/test_ops.py": test_ids},
+             "eager": {}}
+    evidence = coverage_map.Evidence(hits={t: coverage_map.Hit(t, "core/ops.py", lines=1) for t in test_ids})
+    costs = idle["cpu"]
+    # room for every test but the big spin, with half of it to spare either way
+    budget = sum(costs.values()) - costs["tests/test_ops.py::test_spin_big"] / 2
+    tables = load_tables()
+    tables = replace(tables, selection=replace(tables.selection, budget_seconds=budget, seconds_per_file=0.0))
+    chosen, estimated = [], []
+    for record, name in ((idle, "idle"), (busy, "busy")):
+        selected, _ = select.select_tests(graph, [ChangedFile("core/ops.py", "M")], tables, set(),
+                                          _learned(record, tmp_path, name), evidence=evidence)
+        chosen.append([s.path for s in selected])
+        estimated.append(sum(s.estimated_seconds for s in selected))
+    assert chosen[0] == chosen[1] and "tests/test_ops.py::test_spin_big" not in chosen[0], chosen
+    assert len(chosen[0]) == 3
+    # the costs it spent are CPU seconds, which the hogs barely move (their wall seconds do)
+    big = "tests/test_ops.py::test_spin_big"
+    slowed = busy["wall"][big] / max(idle["wall"][big], 1e-3)
+    assert estimated[1] < 1.5 * estimated[0] + 0.02, (estimated, f"wall slowed {slowed:.1f}x")

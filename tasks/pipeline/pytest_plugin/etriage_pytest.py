@@ -16,7 +16,8 @@ The run's JSON config file is named by ETRIAGE_PYTEST_CONFIG:
                                 them are skipped (reason starts with "etriage: over")
     {"record": path}            per test, its CPU seconds (this process and its threads) and,
                                 with "coverage": true, the lines of the package it executed:
-                                {"cpu": {node id: s}, "lines": {node id: {path: [lines]}},
+                                {"cpu": {node id: s}, "wall": {node id: s},
+                                 "lines": {node id: {path: [lines]}},
                                  "coverage": "" or why it could not be measured}
                                 ("package": the measured package's name, executorch by default)
                                 paths are the package's (`exir/x.py`), mapped from each
@@ -59,7 +60,7 @@ def pytest_configure(config):
         with open(path) as f:
             _state.update(json.load(f))
     if _state.get("record"):
-        _state["cpu"], _state["lines"], _state["coverage_error"] = {}, {}, ""
+        _state["cpu"], _state["wall"], _state["lines"], _state["coverage_error"] = {}, {}, {}, ""
         if _state.get("coverage"):
             _start_coverage()
 
@@ -118,8 +119,7 @@ def pytest_runtest_protocol(item, nextitem):
     cov = _state.get("cov")
     if cov is not None:
         cov.switch_context(item.nodeid)
-    start = time.process_time()
-    _state["running"] = (item.nodeid, start)
+    _state["running"] = (item.nodeid, time.process_time(), time.monotonic())
     return None
 
 
@@ -127,6 +127,7 @@ def pytest_runtest_logfinish(nodeid, location):
     running = _state.pop("running", None)
     if running and running[0] == nodeid:
         _state["cpu"][nodeid] = round(time.process_time() - running[1], 3)
+        _state["wall"][nodeid] = round(time.monotonic() - running[2], 3)
         if _state.get("cov") is not None:
             _state["cov"].switch_context("")
 
@@ -138,7 +139,8 @@ def pytest_unconfigure(config):
     if cov is not None:
         cov.stop()
         _state["lines"] = _lines_by_test(cov.get_data())
-    out = {"cpu": _state["cpu"], "lines": _state["lines"], "coverage": _state["coverage_error"]}
+    out = {"cpu": _state["cpu"], "wall": _state["wall"], "lines": _state["lines"],
+           "coverage": _state["coverage_error"]}
     with open(_state["record"], "w") as f:  # in place: in the sandbox only this file is writable
         json.dump(out, f)
 
