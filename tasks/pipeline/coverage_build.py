@@ -59,7 +59,10 @@ def _batches(files: list[str], cost: dict[str, float], seconds: float) -> list[l
 
 def build_map(repo: Path, commit: str, store, data_dir: Path, *, under: tuple[str, ...] = (),
               max_files: int | None = None, batch_seconds: float = 60, python: str = sys.executable,
-              sandbox: Sandbox | None = None, progress=lambda message: None, timeout: float = 1800) -> MapBuild:
+              sandbox: Sandbox | None = None, progress=lambda message: None, timeout: float = 1800,
+              node_ids: tuple[str, ...] = ()) -> MapBuild:
+    """`node_ids`: measure only these tests, as a triage's run does (their rows are written, no
+    file is marked done: the file's other tests were not measured)."""
     repo, data_dir = Path(repo).resolve(), Path(data_dir).resolve()
     commit = gitio.resolve(repo, commit)
     result = MapBuild(commit)
@@ -74,7 +77,7 @@ def build_map(repo: Path, commit: str, store, data_dir: Path, *, under: tuple[st
         store.record_coverage_file(commit, path, test_blob=tree.get(path), status=status, **values)
         result.counts[status] = result.counts.get(status, 0) + 1
 
-    for path in files:
+    for path in files if not node_ids else ():
         if path in done:
             continue
         carried = next((r for r in store.measured_file(path, tree.get(path, ""))
@@ -94,7 +97,7 @@ def build_map(repo: Path, commit: str, store, data_dir: Path, *, under: tuple[st
     if max_files is not None:
         result.remaining = max(len(todo) - max_files, 0)
         todo = todo[:max_files]
-    if not todo:
+    if not todo and not node_ids:
         return result
 
     (data_dir / "runs").mkdir(parents=True, exist_ok=True)
@@ -109,6 +112,17 @@ def build_map(repo: Path, commit: str, store, data_dir: Path, *, under: tuple[st
             result.status, result.reason = "environment", build.reason
             return result
         target = make_target(tables.targets["host"], {})
+        if node_ids:
+            run = SuiteRun(tables.suites["selected"], build, "host", run_dir, python, node_ids=tuple(node_ids),
+                           timeout=timeout, coverage=True, phase="coverage", sandbox=sandbox)
+            suite_result = target.run(run)
+            rows = coverage_map.rows(coverage_map.read_record(Path(suite_result.record_path))
+                                     if suite_result.record_path else {}, tree, commit)
+            store.record_coverage(rows)
+            result.rows, result.counts = len(rows), {t.outcome: 0 for t in suite_result.tests}
+            for test in suite_result.tests:
+                result.counts[test.outcome] += 1
+            return result
         for n, batch in enumerate(_batches(todo, cost, batch_seconds)):
             progress(f"coverage map {commit[:12]}: batch {n + 1}, {len(batch)} file(s) from {batch[0]}")
             run = SuiteRun(tables.suites["selected"], build, "host", run_dir, python, tuple(batch),

@@ -367,7 +367,8 @@ def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables, fixed_
             reasons.append("test file changed by this change")
             score += 1000
             origins.append(path)
-        named = next((stem for stem in stems if file_name in (f"test_{stem}.py", f"{stem}_test.py")), None)
+        named = next((stem for stem in stems  # a private module (`_program.py`) is named without its `_`
+                      if file_name in (f"test_{stem}.py", f"{stem}_test.py", f"test_{stem.lstrip('_')}.py")), None)
         if named and (_home(path) == _home(stems[named]) or module in reach):
             reasons.append(f"named after the changed module {named}")
             score += 500

@@ -217,3 +217,64 @@ def test_a_busy_worker_selects_and_runs_the_same_tests(tmp_path):
     big = "tests/test_ops.py::test_spin_big"
     slowed = busy["wall"][big] / max(idle["wall"][big], 1e-3)
     assert estimated[1] < 1.5 * estimated[0] + 0.02, (estimated, f"wall slowed {slowed:.1f}x")
+
+
+CATCHING = "exir/emit/test/test_emit.py::TestEmit::test_constant_tagged_mutable_tensors"
+PROGRAM_TESTS = ("exir/program/test/test_program.py::TestProgramManagers::test_edge_manager_basic_api",)
+
+
+def _ignore_mutable_weights(tree: Path) -> None:
+    """A seeded regression: to_executorch ignores `external_mutable_weights` (the flag's pass is
+    skipped). Only test_emit.py's mutable-weights test executes those lines."""
+    path = tree / "exir/program/_program.py"
+    text = path.read_text()
+    assert text.count("if config.external_mutable_weights:") == 1
+    path.write_text(text.replace("if config.external_mutable_weights:", "if config.external_mutable_weights is None:"))
+
+
+@pytest.fixture(scope="module")
+def measured_map(et_repo, tmp_path_factory):
+    """A real map of the merge base: the catching test and one of test_program.py run with
+    coverage in the sandbox, as a triage's selected run records them."""
+    from tasks.pipeline.coverage_build import build_map
+
+    work = tmp_path_factory.mktemp("coverage-map")
+    store = Store(f"sqlite:///{work / 'map.db'}")
+    built = build_map(et_repo.path, et_repo.base, store, work / "data", node_ids=(CATCHING, *PROGRAM_TESTS))
+    assert built.status == "ok" and built.counts == {"passed": 2}, built
+    return store, work / "data"
+
+
+@pytest.mark.executorch
+def test_the_map_selects_a_catching_test_the_import_graph_ranks_low(et_repo, data_dir, measured_map):
+    store, _ = measured_map
+    head = et_repo.branch("mutable-weights-ignored", edit=_ignore_mutable_weights)
+    graph = select.import_graph(et_repo.path, head, data_dir)
+    change = [ChangedFile("exir/program/_program.py", "M")]
+    tables = load_tables()
+    without, left = select.select_tests(graph, change, tables, set())
+    ranked = [s.path for s in without + left]
+    assert "exir/emit/test/test_emit.py" not in [s.path.split("::")[0] for s in without]
+    assert ranked.index("exir/emit/test/test_emit.py") > len(ranked) // 2  # the graph ranks it low
+    found = coverage_map.evidence(store, et_repo.path, et_repo.base, head, change)
+    assert found.hits[CATCHING].lines >= 1
+    assert all(found.hits[t].lines == 0 for t in PROGRAM_TESTS if t in found.hits)
+    selected, _ = select.select_tests(graph, change, tables, set(), evidence=found)
+    assert selected[0].path == CATCHING and "coverage map" in selected[0].reason
+
+
+@pytest.mark.parametrize("changed, symbols, expected", [
+    ("backends/xnnpack/operators/op_add.py", {}, "backends/xnnpack/test/ops/test_add.py"),
+    ("backends/xnnpack/operators/op_avg_pooling2d.py", {}, "backends/xnnpack/test/ops/test_avgpool2d.py"),
+    ("backends/xnnpack/partition/config/generic_node_configs.py",
+     {"CeilConfig.supported_precision_types": "backends/xnnpack/partition/config/generic_node_configs.py"},
+     "backends/xnnpack/test/ops/test_ceil.py"),
+    # the test directory beside the changed module; a private module named without its `_`
+    ("exir/program/_program.py", {}, "exir/program/test/test_program.py"),
+    ("exir/emit/_emitter.py", {}, "exir/emit/test/test_emit.py"),
+])
+def test_conventions_pick_the_operators_tests_and_the_test_directory_beside(et_repo, data_dir, changed, symbols,
+                                                                            expected):
+    graph = select.import_graph(et_repo.path, et_repo.base, data_dir)
+    selected, _ = select.select_tests(graph, [ChangedFile(changed, "M")], load_tables(), set(), symbols=symbols)
+    assert selected[0].path == expected, [(s.path, s.reason) for s in selected]
