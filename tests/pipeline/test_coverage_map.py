@@ -278,3 +278,24 @@ def test_conventions_pick_the_operators_tests_and_the_test_directory_beside(et_r
     graph = select.import_graph(et_repo.path, et_repo.base, data_dir)
     selected, _ = select.select_tests(graph, [ChangedFile(changed, "M")], load_tables(), set(), symbols=symbols)
     assert selected[0].path == expected, [(s.path, s.reason) for s in selected]
+
+
+@pytest.mark.executorch
+def test_building_the_map_resumes_and_carries_unchanged_files_to_the_next_commit(et_repo, tmp_path):
+    from tasks.pipeline.coverage_build import build_map
+
+    store, data = Store(f"sqlite:///{tmp_path / 'map.db'}"), tmp_path / "data"
+    first = build_map(et_repo.path, et_repo.base, store, data, under=("exir/_serialize/test",), max_files=1)
+    assert first.status == "ok" and first.counts == {"done": 1} and first.remaining >= 1, first
+    again = build_map(et_repo.path, et_repo.base, store, data, under=("exir/_serialize/test",), max_files=0)
+    assert again.counts == {} and again.remaining == first.remaining  # resumes: the done file is not due again
+    done = store.coverage_files(et_repo.base)
+    assert len(done) == 1 and all(r["status"] == "done" and r["tests"] > 0 and r["sources"] for r in done.values())
+    # the next trunk commit changes a file none of them covers: both carried over without running
+    covered = set().union(*(r["sources"] for r in done.values()))
+    assert any(path.startswith("exir/_serialize/") for path in covered), covered
+    nxt = et_repo.branch("next-trunk", edit=lambda tree: (tree / "exir/memory.py").write_text(
+        (tree / "exir/memory.py").read_text() + "\n# a later trunk commit\n"))
+    assert "exir/memory.py" not in covered
+    third = build_map(et_repo.path, nxt, store, data, under=("exir/_serialize/test",), max_files=0)
+    assert third.counts == {"carried": 1}, third
