@@ -119,6 +119,7 @@ def build_map(repo: Path, commit: str, store, data_dir: Path, *, under: tuple[st
             rows = coverage_map.rows(coverage_map.read_record(Path(suite_result.record_path))
                                      if suite_result.record_path else {}, tree, commit)
             store.record_coverage(rows)
+            durations.record(data_dir, [suite_result], whole_files=False)
             result.rows, result.counts = len(rows), {t.outcome: 0 for t in suite_result.tests}
             for test in suite_result.tests:
                 result.counts[test.outcome] += 1

@@ -299,3 +299,43 @@ def test_building_the_map_resumes_and_carries_unchanged_files_to_the_next_commit
     assert "exir/memory.py" not in covered
     third = build_map(et_repo.path, nxt, store, data, under=("exir/_serialize/test",), max_files=0)
     assert third.counts == {"carried": 1}, third
+
+
+def _triage_selected(et_repo, head, data: Path, store):
+    from tasks.pipeline.run import TriageOptions, triage
+
+    report = triage(TriageOptions(repo=et_repo.path, base="main", head=head, data_dir=data, suites=["selected"],
+                                  coverage_store=store))
+    ran = sorted(t.test for s in report.suites if s.suite == "selected" for t in s.tests)
+    return report, ran
+
+
+@pytest.mark.slow
+@pytest.mark.executorch
+def test_triaged_through_the_map_the_regression_is_new_and_a_busy_worker_runs_the_same_tests(
+        et_repo, measured_map, tmp_path):
+    """End to end (`--run-slow`): the seeded regression is caught by the test the map selects,
+    and the same change triaged beside two CPU hogs runs the same tests."""
+    import shutil
+
+    store, measured = measured_map
+    head = et_repo.branch("mutable-weights-ignored-e2e", edit=_ignore_mutable_weights)
+    runs = []
+    for name in ("idle", "busy"):
+        data = tmp_path / name
+        data.mkdir()
+        shutil.copy(measured / durations.FILE, data / durations.FILE)  # the same learned costs
+        hogs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(2 if name == "busy" else 0)]
+        try:
+            runs.append(_triage_selected(et_repo, head, data, store))
+        finally:
+            for hog in hogs:
+                hog.kill()
+                hog.wait()
+    (idle, idle_ran), (busy, busy_ran) = runs
+    for report in (idle, busy):
+        new = [v.test for v in report.results if v.verdict == "new"]
+        assert CATCHING in new, [(v.test, v.verdict) for v in report.results]
+        assert report.plan.selected[0].path == CATCHING
+    assert [s.path for s in idle.plan.selected] == [s.path for s in busy.plan.selected]
+    assert idle_ran == busy_ran and CATCHING in idle_ran
