@@ -1,13 +1,18 @@
 """Test selection beyond the fixed suites: ExecuTorch tests the change can affect.
 
-Relevance before cost. Candidates are ranked by their evidence, strongest first:
-    1. a test file the change itself edits;
+Relevance before cost. The merge base's coverage map (coverage_map.py), when it has the
+changed files, comes first: the tests that execute a changed line (or function), by node id,
+by changed lines per learned CPU second (docs/SELECTION.md). What the map does not cover is
+ranked by the rest of the evidence, strongest first:
+    1. a test file the change itself edits (always run, whatever the budget);
     2. a test file named after a changed module (`test_<module>.py`, `<module>_test.py`);
     3. test functions whose names mention a changed module or symbol (`test_constant_prop_pass_*`
        for a change to `constant_prop_pass.py` or to `constant_prop_pass()`);
     4. files that import a changed module directly, then by import-graph distance (a reverse
        import graph of the tree built with `ast`, cached per tree sha);
-    5. a touched area's files whose names speak of the focus (buffers, multi-method, ...).
+    5. a touched area's files whose names speak of the focus (buffers, multi-method, ...);
+    conventions of the repository weigh in between: `test/ops/test_<op>.py` for a backend's
+    operator, the `test/` directory beside the changed module.
 The budget is spent in that order. A file too big for what is left runs only its relevant
 test functions (node ids), when it has any; the first candidate always runs, whatever its
 estimate, so a budget never leaves a change untested. Costs are learned per file and per test

@@ -339,3 +339,11 @@ def test_triaged_through_the_map_the_regression_is_new_and_a_busy_worker_runs_th
         assert report.plan.selected[0].path == CATCHING
     assert [s.path for s in idle.plan.selected] == [s.path for s in busy.plan.selected]
     assert idle_ran == busy_ran and CATCHING in idle_ran
+
+
+def test_the_map_job_is_a_build_queue_task():
+    from bot import queues
+    from tasks import jobs
+
+    assert jobs.coverage_map.name == queues.COVERAGE_MAP
+    assert queues.messaging_conf()["task_routes"][queues.COVERAGE_MAP] == {"queue": "build"}
