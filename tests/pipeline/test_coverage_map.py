@@ -281,6 +281,34 @@ def test_conventions_pick_the_operators_tests_and_the_test_directory_beside(et_r
 
 
 @pytest.mark.executorch
+def test_a_map_build_skips_what_is_done_and_carries_over_only_unchanged_blobs(et_repo, data_dir, tmp_path):
+    """The short version (no test runs): done files are not due again; at the next commit a
+    file is carried over only when its blob and every blob it covered are unchanged."""
+    from tasks.pipeline import gitio
+    from tasks.pipeline.coverage_build import build_map
+
+    store = Store(f"sqlite:///{tmp_path / 'map.db'}")
+    tree = gitio.ls_tree(et_repo.path, et_repo.base)
+    files = ["exir/_serialize/test/test_cord.py", "exir/_serialize/test/test_named_data_store.py"]
+    covers = {files[0]: ["exir/_serialize/_cord.py"], files[1]: ["exir/_serialize/_named_data_store.py"]}
+    for path in files:
+        store.record_coverage_file(et_repo.base, path, test_blob=tree[path], status="done", tests=3, cpu_seconds=1.0,
+                                   sources={src: tree[src] for src in covers[path]})
+    again = build_map(et_repo.path, et_repo.base, store, data_dir, under=("exir/_serialize/test",), max_files=0)
+    assert again.counts == {} and again.remaining == len([p for p in tree if p.startswith("exir/_serialize/test/test_")]) - 2
+
+    def change_one_covered_source(repo: Path) -> None:
+        path = repo / covers[files[1]][0]
+        path.write_text(path.read_text() + "\n# changed on trunk\n")
+
+    nxt = et_repo.branch("next-trunk-short", edit=change_one_covered_source)
+    carried = build_map(et_repo.path, nxt, store, data_dir, under=("exir/_serialize/test",), max_files=0)
+    assert carried.counts == {"carried": 1}
+    assert store.coverage_files(nxt)[files[0]]["status"] == "carried" and files[1] not in store.coverage_files(nxt)
+
+
+@pytest.mark.slow
+@pytest.mark.executorch
 def test_building_the_map_resumes_and_carries_unchanged_files_to_the_next_commit(et_repo, tmp_path):
     from tasks.pipeline.coverage_build import build_map
 
