@@ -119,8 +119,11 @@ def pr_closed(ctx, repo, pr, installation_id):
 
 @_task(queues.WARM_ENVIRONMENT)
 def warm_environment(ctx, repo, branch, sha, installation_id):
-    return warm.warm_environment(ctx, repo, branch, sha, checkout=ctx.settings.repo_checkouts.get(repo),
-                                 python=sys.executable, sandbox=Sandbox(bwrap=ctx.options.sandbox_bwrap)).state
+    state = warm.warm_environment(ctx, repo, branch, sha, checkout=ctx.settings.repo_checkouts.get(repo),
+                                  python=sys.executable, sandbox=Sandbox(bwrap=ctx.options.sandbox_bwrap)).state
+    if state == "ready" and ctx.options.coverage_map_files:  # then the tip's map, a slice at a time
+        coverage_map.apply_async((repo, sha, ctx.options.coverage_map_files), queue="build")
+    return state
 
 
 @_task(queues.COVERAGE_MAP)
@@ -132,6 +135,8 @@ def coverage_map(ctx, repo, sha, max_files=None):
         return {"status": "skipped", "reason": f"no local clone of {repo} on this worker"}
     built = coverage_build.build_map(Path(checkout), sha, ctx.store, Path(ctx.settings.data_dir),
                                      max_files=max_files, sandbox=Sandbox(bwrap=ctx.options.sandbox_bwrap))
+    if built.status == "ok" and built.remaining and max_files:  # the next slice: other builds go between
+        coverage_map.apply_async((repo, sha, max_files), queue="build")
     return {"status": built.status, "reason": built.reason, "counts": built.counts, "remaining": built.remaining}
 
 
