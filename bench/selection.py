@@ -81,6 +81,10 @@ class MutantResult:
     selected: list[str] = field(default_factory=list)  # what select_tests chose (files or node ids)
     missed_why: list[str] = field(default_factory=list)
     check_seconds: float = 0.0
+    # with the coverage map (the baselines' per-test lines stand for the merge base's map)
+    map_status: str = ""  # killed | missed ("" when not killable)
+    map_selection_cost: tuple[int, float] = (0, 0.0)
+    map_selected: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -259,6 +263,34 @@ def selection_tests(bench: Bench, change: Change) -> tuple[list[str], list[str],
     return order, cut, part
 
 
+def map_selection(bench: Bench, head: str, groups: list[Group], mutant: mutation.Mutant, learned: dict,
+                  change: Change) -> tuple[list[str], list]:
+    """(tests the selection runs with the map, in order; its SelectedTests). The map is the
+    baselines' per-test lines (the merge base's coverage, as the coverage map records it): the
+    tests that run the mutated line are the evidence, ranked and budgeted by select_tests."""
+    from tasks.pipeline import coverage_map
+
+    evidence = coverage_map.Evidence()
+    for group in groups:
+        for test in bench.baselines[group].lines.get(mutant.path, {}).get(mutant.line, []):
+            node = bench.baselines[group].tests[test][0]
+            evidence.hits[node] = coverage_map.Hit(node, mutant.path, lines=1)
+    plan = plan_change(bench.repo.path, "main", head, bench.tables)
+    symbols = {r.symbol: r.path for r in suspects.changed_regions(bench.repo.path, plan.merge_base, plan.head,
+                                                                   plan.changed_files)
+               if r.symbol and r.symbol != "<module>"}
+    fixed_paths = {g.path for _, g in change.fixed}
+    selected, _ = select.select_tests(bench.graph, plan.changed_files, bench.tables, fixed_paths, learned,
+                                      symbols=symbols, evidence=evidence) if change.has_selected_suite else ([], [])
+    order = [t for _, g in change.fixed for t, _, _ in bench.baselines[g].tests]
+    for item in selected:  # the budget was spent before the run, in learned seconds: nothing is cut
+        file, _, rest = item.path.partition("::")
+        baseline = bench.baselines.get(Group(file))
+        order += [t for t, _, _ in (baseline.tests if baseline else [])
+                  if (not rest or t == item.path or t.startswith(item.path + "[")) and t not in order]
+    return order, selected
+
+
 def cost(bench: Bench, groups: list[Group], tests: set[str]) -> tuple[int, float]:
     """(pytest processes: one per distinct argument list, seconds: each file's collection and
     each test's, from the baseline)."""
@@ -297,6 +329,9 @@ def check_mutant(bench: Bench, module: ModuleResult, mutant: mutation.Mutant, so
         return result
     seconds = {t: s for g in groups for t, _, s in bench.baselines[g].tests}
     result.covering_seconds = round(sum(seconds[t] for t in covering), 1)
+    map_order, map_selected = map_selection(bench, head, groups, mutant, learned, change)
+    result.map_selected = [item.path for item in map_selected]
+    result.map_selection_cost = cost(bench, groups, set(map_order))
     root = bench.work / f"overlay-{bench.runs}"
     overlay.build_overlay(bench.repo.path, head, [ChangedFile(mutant.path, "M")], bench.installed, root, lambda p: True)
     try:
@@ -305,6 +340,7 @@ def check_mutant(bench: Bench, module: ModuleResult, mutant: mutation.Mutant, so
         if killers:
             result.status, result.killers = "killed", killers[:1]
             result.killed_by = part[killers[0]]
+            result.map_status = _map_kill(bench, root, groups, map_order, covering, killers, first)
             return result
         rest = [t for t in dict.fromkeys(relevant_tests) if t in covering and t not in set(first)]
         if sum(seconds[t] for t in rest) <= bench.options.cap_check_seconds:
@@ -317,10 +353,22 @@ def check_mutant(bench: Bench, module: ModuleResult, mutant: mutation.Mutant, so
         result.killers = killers
         if killers:
             result.missed_why = why_missed(change, killers, cut)
+            result.map_status = _map_kill(bench, root, groups, map_order, covering, killers, first + rest)
     finally:
         shutil.rmtree(root, ignore_errors=True)
         result.check_seconds = round(time.monotonic() - start, 1)
     return result
+
+
+def _map_kill(bench: Bench, root: Path, groups: list[Group], map_order: list[str], covering: set[str],
+              killers: list[str], ran: list[str]) -> str:
+    """Whether the selection with the map kills a killable mutant: a known killer is in its
+    order, or one of its covering tests not run yet fails now."""
+    if set(killers) & set(map_order):
+        return "killed"
+    untried = [t for t in map_order if t in covering and t not in set(ran)]
+    found, _ = run_kill(bench, root, untried, groups, maxfail=1) if untried else ([], True)
+    return "killed" if found else "missed"
 
 
 def covering_tests(bench: Bench, groups: list[Group], mutant: mutation.Mutant) -> set[str]:
@@ -533,6 +581,11 @@ def summarise(bench: Bench, modules: list[ModuleResult], options: Options, dropp
         "recall_beyond_fixed_suites": _ratio(sum(m.killed_by == "selected" for m in killed),
                                              sum(m.killed_by != "fixed" for m in killable)),
         "time_ratio": round(sel / full, 3) if full else None,
+        "with_map": {
+            "killed": sum(m.map_status == "killed" for m in killable),
+            "recall": _ratio(sum(m.map_status == "killed" for m in killable), len(killable)),
+            "time_ratio": round(sum(seconds_of(m.map_selection_cost) for m in killable) / full, 3) if full else None,
+            "selection_seconds": round(sum(seconds_of(m.map_selection_cost) for m in killable), 1)},
         "selection_seconds": round(sel, 1), "full_seconds": round(full, 1),
         "median_time_ratio": round(statistics.median(ratios), 3) if ratios else None,
         "budget": {"budget_seconds": bench.tables.selection.budget_seconds,
@@ -593,6 +646,11 @@ def render(summary: dict) -> str:
                      f"({summary['killed_by_fixed_suites']} by a fixed suite)")
         if summary["recall_beyond_fixed_suites"] is not None:
             lines.append(f"  where no fixed suite kills: {summary['recall_beyond_fixed_suites']:.1%}")
+        with_map = summary["with_map"]
+        lines.append(f"with the coverage map: recall {with_map['recall']:.1%} ({with_map['killed']} of "
+                     f"{summary['killable']}), "
+                     f"{with_map['time_ratio'] if with_map['time_ratio'] is not None else '-'} of the relevant "
+                     f"tests' time (without the map: {summary['time_ratio']})")
         if m["undecided"]:
             lines.append(f"  {summary['recall_lower_bound']:.1%} were the {m['undecided']} undecided mutants all "
                          "killable and missed")

@@ -21,6 +21,7 @@ INSTALLATION = "etriage.installation"
 PUBLISH_PENDING = "etriage.publish_pending"
 EXPIRE_RUNS = "etriage.expire_runs"
 WARM_ENVIRONMENT = "etriage.warm_environment"  # a pushed branch tip's environment, on `build`
+COVERAGE_MAP = "etriage.coverage_map"  # a trunk commit's coverage map, file by file, on `build`
 
 # Queues are per resource: `triage` (planning, CI-log classification, reporting, commands),
 # `build` (rebuild + host suites), `emulator` (qnn-htp-sim), `device` (phones).
@@ -43,7 +44,7 @@ def messaging_conf() -> dict:
         task_default_exchange="triage",
         task_default_routing_key="triage",
         task_routes={RUN_SUITES: {"queue": "build"},  # callers pick the target's queue
-                     WARM_ENVIRONMENT: {"queue": "build"}},
+                     WARM_ENVIRONMENT: {"queue": "build"}, COVERAGE_MAP: {"queue": "build"}},
         task_serializer="json", result_serializer="json", accept_content=["json"],
         task_publish_retry_policy={"max_retries": 2, "interval_start": 0,
                                    "interval_step": 0.5, "interval_max": 1},

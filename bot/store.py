@@ -22,6 +22,7 @@ from sqlalchemy import (JSON, Boolean, Column, DateTime, Float, Integer, MetaDat
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
+from bot.coverage_tables import coverage_tables
 from bot.history import history_tables
 
 
@@ -188,6 +189,7 @@ class Store:
         self.metadata = MetaData()
         self.t = _tables(self.metadata, prefix)
         history_tables(self.metadata, prefix)  # one schema: drop_all and the drift check see them too
+        self.t.update(coverage_tables(self.metadata, prefix))
         self._create_tables()
 
     def _create_tables(self, attempts: int = 3) -> None:
@@ -475,3 +477,63 @@ class Store:
         with self.engine.connect() as conn:
             return [dict(r) for r in conn.execute(select(t).where(
                 t.c.repo == repo, t.c.pr == pr).order_by(t.c.id)).mappings()]
+
+    # ---- the coverage map (bot/coverage_tables.py) ------------------------------------------
+    def record_coverage(self, rows: list[dict]) -> None:
+        """Upsert coverage_lines rows: {source_path, source_blob, test, lines, test_blob, commit}."""
+        if not rows:
+            return
+        table = self.t["coverage_lines"]
+        dialect = self.engine.dialect.name
+        if dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert
+        stmt = insert(table)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["source_path", "source_blob", "test"],
+            set_={c: stmt.excluded[c] for c in ("lines", "test_blob", "commit", "at")})
+        now = _now()
+        with self.engine.begin() as conn:
+            for start in range(0, len(rows), 2000):
+                conn.execute(stmt, [{**row, "at": now} for row in rows[start:start + 2000]])
+
+    def coverage_of(self, source_path: str, source_blob: str) -> dict[str, str]:
+        """test -> its lines ("3-7,12") of this version of the file."""
+        t = self.t["coverage_lines"]
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(t.c.test, t.c.lines).where(
+                t.c.source_path == source_path, t.c.source_blob == source_blob)).all()
+        return {test: lines for test, lines in rows}
+
+    def record_coverage_file(self, commit: str, test_path: str, **values) -> None:
+        with self.engine.begin() as conn:
+            self._upsert(conn, self.t["coverage_files"],
+                         dict(commit=commit, test_path=test_path, at=_now(), **values), ("commit", "test_path"))
+
+    def coverage_files(self, commit: str) -> dict[str, dict]:
+        t = self.t["coverage_files"]
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(t).where(t.c.commit == commit)).mappings().all()
+        return {row["test_path"]: dict(row) for row in rows}
+
+    def measured_file(self, test_path: str, test_blob: str) -> list[dict]:
+        """Every commit's done record of this version of a test file (newest first): what a
+        carry-over compares its covered sources' blobs with."""
+        t = self.t["coverage_files"]
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(t).where(t.c.test_path == test_path, t.c.test_blob == test_blob,
+                                                t.c.status.in_(("done", "carried"))).order_by(t.c.at.desc())
+                                ).mappings().all()
+        return [dict(row) for row in rows]
+
+    def coverage_size(self) -> dict[str, int]:
+        """Rows and characters of line ranges in the map (what it costs to keep)."""
+        from sqlalchemy import func
+
+        t = self.t["coverage_lines"]
+        with self.engine.connect() as conn:
+            rows, chars = conn.execute(select(func.count(), func.coalesce(func.sum(func.length(t.c.lines)), 0))
+                                       .select_from(t)).one()
+            tests = conn.execute(select(func.count(func.distinct(t.c.test)))).scalar()
+        return {"rows": int(rows), "line_chars": int(chars), "tests": int(tests or 0)}

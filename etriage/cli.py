@@ -15,6 +15,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "classify": ("triage_rules.cli", "classify failures in CI or test logs"),
     "eval": ("triage_rules.evaluate", "measure the engine's categories on a labelled corpus"),
     "triage": ("tasks.pipeline.cli", "triage a change (base..head) of an ExecuTorch checkout"),
+    "coverage-map": ("tasks.pipeline.coverage_build", "build the coverage map of a trunk commit (resumable)"),
     "probe": ("tasks.probes.cli", "run the multi-method / mutable-buffer probes here"),
     "serve": ("etriage.serve", "run web + worker locally (embedded Redis and SQLite by default)"),
     "replay": ("etriage.replay", "sign and send a webhook payload to a running etriage"),

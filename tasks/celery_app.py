@@ -48,6 +48,7 @@ class WorkerOptions:
     suite_timeout: float = 1800.0  # wall-clock limit of one sandboxed suite run
     sandbox_bwrap: str = "bwrap"  # the bubblewrap binary; without one nothing of a change runs
     env_shared_store: str = ""  # a directory every build machine mounts: built environments, ccache
+    coverage_map_files: int = 0  # test files per slice of a warmed trunk tip's coverage map (0: off)
     fetch: FetchPolicy = FetchPolicy()  # mirrors and worktrees (tasks/repos.py)
 
     @classmethod
@@ -98,6 +99,7 @@ class WorkerOptions:
             suite_timeout=number("ETRIAGE_SUITE_TIMEOUT", cls.suite_timeout, float),
             sandbox_bwrap=environ.get("ETRIAGE_SANDBOX_BWRAP", "").strip() or cls.sandbox_bwrap,
             env_shared_store=environ.get("ETRIAGE_ENV_SHARED_STORE", "").strip(),
+            coverage_map_files=number("ETRIAGE_COVERAGE_MAP_FILES", cls.coverage_map_files),
             fetch=fetch,
         )
 

@@ -15,6 +15,7 @@ import functools
 import logging
 import sys
 from contextlib import ExitStack
+from pathlib import Path
 
 import redis
 from celery import Task, shared_task
@@ -23,6 +24,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from bot import queues
 from bot.github_client import GitHubError, GitHubUnavailable, install_redaction
 from tasks import service, warm
+from tasks.pipeline import coverage_build
 from tasks.pipeline.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
@@ -132,8 +134,31 @@ def warm_environment(ctx, repo, branch, sha, installation_id):
         return "not installed"
     with ExitStack() as worktree:
         checkout, problem = service.open_commit(ctx, worktree, installation_id, repo, branch, sha)
-        return warm.warm_environment(ctx, repo, branch, sha, checkout=checkout, skipped=problem,
-                                     python=sys.executable, sandbox=Sandbox(bwrap=ctx.options.sandbox_bwrap)).state
+        state = warm.warm_environment(ctx, repo, branch, sha, checkout=checkout, skipped=problem,
+                                      python=sys.executable, sandbox=Sandbox(bwrap=ctx.options.sandbox_bwrap)).state
+    if state == "ready" and ctx.options.coverage_map_files:  # then the tip's map, a slice at a time
+        coverage_map.apply_async((repo, sha, ctx.options.coverage_map_files, installation_id, branch), queue="build")
+    return state
+
+
+@_task(queues.COVERAGE_MAP)
+def coverage_map(ctx, repo, sha, max_files=None, installation_id=None, branch=""):
+    """A slice of a trunk commit's coverage map (resumable: a redelivery or the next call
+    carries on where this one stopped). Returns what is left, for the caller to queue again.
+    The commit is read from the local clone ETRIAGE_REPO_PATHS names, else fetched (with the
+    installation and branch a pushed tip came with)."""
+    with ExitStack() as worktree:
+        if ctx.settings.repo_checkouts.get(repo) or branch:
+            checkout, problem = service.open_commit(ctx, worktree, installation_id, repo, branch, sha)
+        else:
+            checkout, problem = None, f"no local clone of {repo} on this worker and no branch to fetch"
+        if not checkout:
+            return {"status": "skipped", "reason": problem}
+        built = coverage_build.build_map(Path(checkout), sha, ctx.store, Path(ctx.settings.data_dir),
+                                         max_files=max_files, sandbox=Sandbox(bwrap=ctx.options.sandbox_bwrap))
+    if built.status == "ok" and built.remaining and max_files:  # the next slice: other builds go between
+        coverage_map.apply_async((repo, sha, max_files, installation_id, branch), queue="build")
+    return {"status": built.status, "reason": built.reason, "counts": built.counts, "remaining": built.remaining}
 
 
 @_task(queues.INSTALLATION)

@@ -115,6 +115,7 @@ class TestResult(_Record):
     message: str = ""
     text: str = ""  # failure text + captured stderr, trimmed
     seconds: float = 0.0
+    cpu_seconds: float | None = None  # CPU time of its process and threads (pytest plugin), when measured
 
     @property
     def failed(self) -> bool:
@@ -132,6 +133,7 @@ class SuiteResult(_Record):
     command: list[str] = field(default_factory=list)
     log_excerpt: str = ""
     seconds: float = 0.0
+    record_path: str = ""  # the pytest plugin's record (CPU seconds, lines per test) in the run's work dir
 
 
 

@@ -475,7 +475,8 @@ def run_pipeline(ctx: WorkerContext, checkout: Path, base: str, head: str, *, su
                             sandbox=Sandbox(bwrap=ctx.options.sandbox_bwrap),
                             budget_seconds=budget_seconds, select_all=select_all,
                             path_backends=dict(path_backends or {}), targets_named=targets_named,
-                            shared_store=Path(ctx.options.env_shared_store) if ctx.options.env_shared_store else None)
+                            shared_store=Path(ctx.options.env_shared_store) if ctx.options.env_shared_store else None,
+                            coverage_store=ctx.store)  # the coverage map lives in the service's database
     return triage(options, progress=lambda message: progress("Running", message))
 
 

@@ -87,6 +87,7 @@ class SelectionYaml(ym.StrictModel):
     max_import_depth: Count = 3
     seconds_per_file: Seconds = 6
     seconds_per_test: Seconds = 1.5
+    wall_limit_factor: Annotated[ym.Number, Field(ge=1, description="a factor of at least 1")] = 4
     focus_words: Strings = ()
     exclude: Strings = ()
     retries: Count = 1

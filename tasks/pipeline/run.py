@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tasks.pipeline import base, compare, durations, select, suspects, treepaths
+from tasks.pipeline import base, compare, coverage_map, durations, gitio, select, suspects, treepaths
 from tasks.pipeline.build import Workspace, build_commit, compiled_choices
 from tasks.pipeline.gitio import GitError
 from tasks.pipeline.overlay import installed_package_dir
@@ -53,6 +53,8 @@ class TriageOptions:
     targets_named: bool = True  # False: `targets` are an automatic run's defaults (plan_change)
     fetch: bool = True  # commit environments may fetch a registry wheel or a pinned torch
     shared_store: Path | None = None  # built compiled parts shared between build machines
+    coverage_store: object = None  # bot.store.Store holding the coverage map; None: <data_dir>/etriage.db
+    coverage: bool = True  # record the selected tests' lines at head; select from the merge base's map
 
 
 NO_SANDBOX = "no sandbox"  # the reason's first words, in the report and on the check run
@@ -108,9 +110,12 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
         symbols = {r.symbol: r.path for r in suspects.changed_regions(ws.repo, plan.merge_base, plan.head,
                                                                        plan.changed_files)
                    if r.symbol and r.symbol != "<module>"}
+        evidence = coverage_map.evidence(_coverage_store(options, ws), ws.repo, plan.merge_base, plan.head,
+                                         plan.changed_files)
         plan.selected, plan.left_out = select.select_tests(
             graph, plan.changed_files, tables, fixed, durations.load(ws.data_dir) if ws.use_cache else None,
-            symbols=symbols, host=_host(options))
+            symbols=symbols, host=_host(options), evidence=evidence)
+        plan.notes += evidence.notes()
         plan.budget_seconds = tables.selection.budget_seconds
         progress(f"selected {len(plan.selected)} test(s): {', '.join(s.path for s in plan.selected) or '-'}")
         if not plan.selected:
@@ -164,6 +169,7 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
             for result in results:
                 progress(f"{result.suite} on {target.name} at head: {_counts(result)}")
             head_results += results
+    _record_coverage(options, ws, plan.head, head_results, progress)
     head_idx = compare.index(head_results)
     failures = compare.classify_failing(head_idx, classify)
     _note_budget_skips(plan, head_results)
@@ -288,6 +294,31 @@ def _with_budget(tables: Tables, options: TriageOptions) -> Tables:
     return replace(tables, selection=selection)
 
 
+def _coverage_store(options: TriageOptions, ws: Workspace):
+    """The store of the coverage map, or None when the map is off (or caches are)."""
+    if not options.coverage or not ws.use_cache:
+        return None
+    if options.coverage_store is None:
+        from bot.store import Store, default_database_url  # deferred: SQLAlchemy and Alembic load here
+
+        options.coverage_store = Store(default_database_url(ws.data_dir))
+    return options.coverage_store
+
+
+def _record_coverage(options: TriageOptions, ws: Workspace, commit: str, results, progress) -> None:
+    """The lines each test of the selected run executed, keyed by head's blobs: the rows of the
+    files the change left alone are the merge base's too."""
+    store = _coverage_store(options, ws)
+    records = {r.record_path for r in results if r.record_path and r.suite == "selected"}
+    if store is None or not records:
+        return
+    tree = gitio.ls_tree(ws.repo, commit)
+    rows = [row for path in sorted(records) for row in coverage_map.rows(coverage_map.read_record(Path(path)),
+                                                                          tree, commit)]
+    store.record_coverage(rows)
+    progress(f"coverage map: {len(rows)} (file, test) row(s) recorded from the selected tests at head")
+
+
 def _host(options: TriageOptions) -> select.Host:
     """What the suites' interpreter offers. Another interpreter than this one is not asked
     (that would run it once more per triage): its tests find out at collection."""
@@ -314,11 +345,13 @@ def _head_runs(ws, tables, plan, targets, head_build, options, progress):
         paths = tuple(s.path for s in plan.selected) if selected else ()
         if suite.kind == "cxx":  # the C++ tests of the directories the change touched
             paths = tuple(p for f in plan.changed_files for p in filter(None, (f.path, f.old_path)))
+        safety = tables.selection.budget_seconds * tables.selection.wall_limit_factor
         for target in runnable:
             run = SuiteRun(suite, head_build, target.name, ws.run_dir, options.python, paths,
                            timeout=options.suite_timeout,
-                           budget_seconds=tables.selection.budget_seconds if selected else None,
+                           budget_seconds=safety if selected else None,
                            budget_paths=tuple(dict.fromkeys(p.split("::", 1)[0] for p in paths)),
+                           order=paths if selected else (), coverage=selected and options.coverage,
                            sandbox=ws.sandbox)
             ok, reason = target.available()
             if not ok:
@@ -330,7 +363,7 @@ def _head_runs(ws, tables, plan, targets, head_build, options, progress):
 
 
 def _note_budget_skips(plan, head_results) -> None:
-    """Selected tests the run-time budget skipped are reported as left out."""
+    """Selected tests the wall-clock safety net skipped are reported as left out, as such."""
     skipped: dict[str, int] = {}
     for result in head_results:
         for test in result.tests:
@@ -339,8 +372,9 @@ def _note_budget_skips(plan, head_results) -> None:
                 skipped[path] = skipped.get(path, 0) + 1
     origin = {s.path.split("::", 1)[0]: s.module for s in plan.selected}
     for path, count in skipped.items():
-        plan.left_out.append(SelectedTest(path=path, reason=f"left out at run time: {count} test(s) skipped, "
-                                                            "over the time budget",
+        plan.left_out.append(SelectedTest(path=path, reason=f"left out at run time: {count} test(s) skipped "
+                                                            "at the wall-clock safety limit (the worker was "
+                                                            "far slower than the learned CPU costs)",
                                           module=origin.get(path, ""), why="run_budget"))
 
 

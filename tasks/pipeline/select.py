@@ -1,13 +1,18 @@
 """Test selection beyond the fixed suites: ExecuTorch tests the change can affect.
 
-Relevance before cost. Candidates are ranked by their evidence, strongest first:
-    1. a test file the change itself edits;
+Relevance before cost. The merge base's coverage map (coverage_map.py), when it has the
+changed files, comes first: the tests that execute a changed line (or function), by node id,
+by changed lines per learned CPU second (docs/SELECTION.md). What the map does not cover is
+ranked by the rest of the evidence, strongest first:
+    1. a test file the change itself edits (always run, whatever the budget);
     2. a test file named after a changed module (`test_<module>.py`, `<module>_test.py`);
     3. test functions whose names mention a changed module or symbol (`test_constant_prop_pass_*`
        for a change to `constant_prop_pass.py` or to `constant_prop_pass()`);
     4. files that import a changed module directly, then by import-graph distance (a reverse
        import graph of the tree built with `ast`, cached per tree sha);
-    5. a touched area's files whose names speak of the focus (buffers, multi-method, ...).
+    5. a touched area's files whose names speak of the focus (buffers, multi-method, ...);
+    conventions of the repository weigh in between: `test/ops/test_<op>.py` for a backend's
+    operator, the `test/` directory beside the changed module.
 The budget is spent in that order. A file too big for what is left runs only its relevant
 test functions (node ids), when it has any; the first candidate always runs, whatever its
 estimate, so a budget never leaves a change untested. Costs are learned per file and per test
@@ -268,6 +273,56 @@ def _home(path: str) -> str:
     return "/".join(parts[:2]) if parts[0] == "backends" and len(parts) > 2 else parts[0]
 
 
+def _squash(name: str) -> str:
+    """An operator's name for matching `op_avg_pooling2d` with `test_avgpool2d`."""
+    return name.lower().replace("_", "").replace("ing", "")
+
+
+def _operator_names(changes: list[ChangedFile], symbols: dict[str, str]) -> dict[str, str]:
+    """Operator names a backend change speaks of -> the changed path: an operator module's
+    stem (`operators/op_add.py`) and the configs or visitors it changes (`AddConfig`)."""
+    names = {}
+    for change in changes:
+        stem = change.path.rsplit("/", 1)[-1].removesuffix(".py")
+        if change.path.startswith("backends/") and stem.startswith("op_"):
+            names.setdefault(_squash(stem.removeprefix("op_")), change.path)
+    for symbol, path in symbols.items():
+        if not path.startswith("backends/"):
+            continue
+        for part in symbol.replace("[", ".").split("."):
+            snake = _snake(part)
+            for suffix in ("_config", "_visitor", "_pattern", "_quantizer"):
+                if snake.endswith(suffix) and len(snake) > len(suffix) + 2:
+                    names.setdefault(_squash(snake.removesuffix(suffix)), path)
+    return names
+
+
+def _convention(path: str, changes: list[ChangedFile], operators: dict[str, str]) -> tuple[str, float, str]:
+    """(reason, score, the changed path) when a repository convention says this test file is
+    the change's: `test/ops/test_<op>.py` of the operator's backend, or a test file in the
+    `test/`/`tests/` directory beside the changed module (or beside its package)."""
+    parts = path.split("/")
+    if len(parts) >= 4 and parts[-2] == "ops" and parts[-3] in ("test", "tests"):
+        op = _squash(parts[-1].removeprefix("test_").removesuffix(".py"))
+        backend = "/".join(parts[:-3])
+        exact = [o for o in operators if o == op and operators[o].startswith(backend + "/")]
+        near = [o for o in operators if len(o) >= 3 and (o.startswith(op) or op.startswith(o))
+                and operators[o].startswith(backend + "/")]
+        if exact or near:
+            return f"the operator's tests ({'/'.join(parts[-3:])})", 600 if exact else 450, operators[(exact or near)[0]]
+    test_dir = "/".join(parts[:-1])
+    for change in changes:
+        if is_test_file(change.path) or not change.path.endswith(".py"):
+            continue
+        home = change.path.rsplit("/", 1)[0] if "/" in change.path else ""
+        for beside in (home, home.rpartition("/")[0]):
+            if beside and any(test_dir == f"{beside}/{d}" or test_dir.startswith(f"{beside}/{d}/")
+                              for d in ("test", "tests")):
+                return f"in the test directory beside the changed module ({test_dir}/)", \
+                    260 if beside == home else 150, change.path
+    return "", 0.0, ""
+
+
 def _left(item: SelectedTest, why: str, text: str) -> SelectedTest:
     item.why = why
     item.reason += f" -- {text}"
@@ -276,13 +331,18 @@ def _left(item: SelectedTest, why: str, text: str) -> SelectedTest:
 
 def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables, fixed_paths: set[str],
                  learned: dict | None = None, symbols: Iterable[str] | dict[str, str] = (),
-                 host: Host | None = None) -> tuple[list[SelectedTest], list[SelectedTest]]:
+                 host: Host | None = None, evidence=None) -> tuple[list[SelectedTest], list[SelectedTest]]:
     """Rank candidates by relevance (module docstring), then spend `budget_seconds` and
     `max_files` in that order; costs from `learned` (durations.load) where known, else the
     table's conservative estimate. `symbols`: the changed functions and classes (a dict maps
     each to its file). A test file that needs what `host` lacks (unmet_needs) is not run and
     costs nothing. Every item names the changed `module` it is relevant to; a left-out one
-    says `why`: needs, excluded, files, budget."""
+    says `why`: needs, excluded, files, budget.
+
+    `evidence` (coverage_map.Evidence): the merge base's coverage map. Its tests that execute a
+    changed line (or function) come first, by node id, ranked by changed lines executed per
+    learned second; the ranking above is the fallback for what the map does not cover, and a
+    file whose tests the map already chose is not run again whole."""
     rules, learned, host = tables.selection, learned or {}, host or Host()
     changed_paths = {f.path for f in changes if f.status != "D"}
     touched = {f.path for f in changes} | {f.old_path for f in changes if f.old_path}
@@ -295,6 +355,7 @@ def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables, fixed_
     names = _names_of_change(changes, symbols)
     test_ids = graph.get("test_ids", {})
     local = local_names(graph)
+    operators = _operator_names(changes, symbols)
 
     candidates: dict[str, tuple[float, str, list[str], str]] = {}
     for path, n_tests in graph["tests"].items():
@@ -311,7 +372,8 @@ def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables, fixed_
             reasons.append("test file changed by this change")
             score += 1000
             origins.append(path)
-        named = next((stem for stem in stems if file_name in (f"test_{stem}.py", f"{stem}_test.py")), None)
+        named = next((stem for stem in stems  # a private module (`_program.py`) is named without its `_`
+                      if file_name in (f"test_{stem}.py", f"{stem}_test.py", f"test_{stem.lstrip('_')}.py")), None)
         if named and (_home(path) == _home(stems[named]) or module in reach):
             reasons.append(f"named after the changed module {named}")
             score += 500
@@ -334,6 +396,11 @@ def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables, fixed_
             reasons.append(f"imports {origin}" + (" directly" if dist == 1 else f" ({dist} hops)"))
             score += 200 / dist
             origins.append(module_paths[origin])
+        convention, points, convention_origin = _convention(path, changes, operators)
+        if convention and not named:
+            reasons.append(convention)
+            score += points
+            origins.append(convention_origin)
         in_area = next((a for a in areas if path.startswith(a + "/")), None)
         if in_area and words:
             reasons.append(f"in touched area {in_area}, name mentions {', '.join(words)}")
@@ -345,7 +412,12 @@ def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables, fixed_
             candidates[path] = (score, "; ".join(reasons), relevant, origins[0] if origins else "")
 
     selected, left_out, spent = [], [], 0.0
+    if evidence is not None and evidence.hits:
+        spent = _from_the_map(evidence, graph, rules, learned, host, local, changed_paths, selected, left_out)
+    by_map = {s.path.split("::", 1)[0] for s in selected}
     for path, (score, reason, relevant, origin) in sorted(candidates.items(), key=lambda kv: (-kv[1][0], kv[0])):
+        if path in by_map:
+            continue  # the map chose the tests of it that execute the change
         cost, how = durations.estimate(learned, path, graph["tests"].get(path, 1), rules)
         item = SelectedTest(path=path, reason=f"{reason} (~{cost:.0f}s, {how})", estimated_seconds=round(cost, 1),
                             module=origin)
@@ -359,7 +431,7 @@ def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables, fixed_
         if needs:
             left_out.append(_left(item, "needs", f"not run on this worker: needs {', '.join(needs)}"))
             continue
-        if len({s.path.split("::", 1)[0] for s in selected}) >= rules.max_files:  # files, not node ids
+        if len({s.path.split("::", 1)[0] for s in selected} - by_map) >= rules.max_files:  # files, not node ids
             left_out.append(_left(item, "files", f"left out: over the budget of {rules.max_files} files"))
             continue
         if cost > left and relevant and len(relevant) < graph["tests"].get(path, 0):
@@ -374,7 +446,7 @@ def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables, fixed_
                 left_out.append(_left(item, "budget", f"partly run: {len(relevant)} of its tests, the rest "
                                                       "is over the time budget"))
                 continue
-        if cost <= left or not selected:
+        if cost <= left or not selected or path in changed_paths:  # a changed test file always runs
             if cost > left:
                 item.reason += " (over the time budget, run anyway: nothing else was selected)"
             selected.append(item)
@@ -383,3 +455,37 @@ def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables, fixed_
             left_out.append(_left(item, "budget", f"left out: over the time budget ({spent:.0f}s of "
                                                   f"{rules.budget_seconds:.0f}s already selected)"))
     return selected, left_out
+
+
+def _from_the_map(evidence, graph: dict, rules, learned: dict, host: Host, local: set[str],
+                  changed_paths: set[str], selected: list, left_out: list) -> float:
+    """Spend the budget on the map's tests, best value first: changed lines executed (a changed
+    function's other lines count a fifth) per learned second, a file's collection paid once.
+    Returns the seconds spent. A changed test file runs whole (the ranking's first rule)."""
+    def value(hit):
+        return (hit.lines + 0.2 * hit.functions) / max(durations.estimate_tests(learned, [hit.test], rules)
+                                                       - rules.seconds_per_file, 0.05)
+
+    files_paid, spent, blocked = set(), 0.0, {}
+    for hit in sorted(evidence.hits.values(), key=lambda h: (-value(h), h.test)):
+        path = hit.test.split("::", 1)[0]
+        if path in changed_paths or path not in graph["tests"]:
+            continue  # runs whole, or no longer a test file of this tree
+        if path not in blocked:
+            blocked[path] = unmet_needs(graph, path, host, local)
+        what = (f"executes {hit.lines} changed line(s)" if hit.lines else
+                f"executes {hit.functions} changed function(s) (not the changed lines themselves)")
+        cost = durations.estimate_tests(learned, [hit.test], rules) - rules.seconds_per_file
+        cost += 0 if path in files_paid else rules.seconds_per_file
+        item = SelectedTest(path=hit.test, reason=f"the merge base's coverage map: {what} (~{cost:.1f}s)",
+                            estimated_seconds=round(cost, 2), module=hit.module)
+        if blocked[path]:
+            left_out.append(_left(item, "needs", f"not run on this worker: needs {', '.join(blocked[path])}"))
+        elif spent + cost <= rules.budget_seconds or not selected:
+            selected.append(item)
+            spent += cost
+            files_paid.add(path)
+        else:
+            left_out.append(_left(item, "budget", f"left out: over the budget ({spent:.0f}s of "
+                                                  f"{rules.budget_seconds:.0f}s of learned CPU time)"))
+    return spent

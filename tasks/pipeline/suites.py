@@ -7,6 +7,7 @@ directory) so the change's test files are the ones collected.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 import time
@@ -23,6 +24,7 @@ from triage_rules.junit import MAX_BYTES, JUnitError, read_junit
 TEXT_LIMIT = 12000
 PLUGIN_DIR = Path(__file__).resolve().parent / "pytest_plugin"  # etriage_pytest.py
 PLUGIN_CONFIG = "etriage-pytest.json"
+RECORD = "etriage-record.json"  # the plugin's CPU seconds and lines per test
 PYTEST_INI = "[pytest]\naddopts =\ntimeout = 600\njunit_logging = all\njunit_family = xunit1\n"
 
 
@@ -41,8 +43,10 @@ class SuiteRun:
     values: dict[str, str] = field(default_factory=dict)  # extra command placeholders
     attempt: int = 0
     phase: str = "head"  # head | base | retry: keeps work directories apart
-    budget_seconds: float | None = None  # pytest: skip the rest of `paths` once spent
+    budget_seconds: float | None = None  # pytest: the wall-clock safety net over `budget_paths`
     budget_paths: tuple[str, ...] = ()
+    order: tuple[str, ...] = ()  # pytest: run in this order (the selection's rank: node ids, files)
+    coverage: bool = False  # pytest: record each test's lines (coverage_map.py); CPU time always
     sandbox: Sandbox = field(default_factory=Sandbox)  # how the change's code runs
 
     @property
@@ -79,6 +83,11 @@ def pytest_command(run: SuiteRun, junit: Path) -> list[str]:
         targets = list(run.paths or run.suite.paths)
     if run.budget_seconds is not None and run.budget_paths:
         config["budget"] = {"seconds": run.budget_seconds, "paths": list(run.budget_paths)}
+    if run.order:
+        config["order"] = list(run.order)
+    (junit.parent / RECORD).unlink(missing_ok=True)  # not an earlier attempt's
+    config["record"] = str(junit.parent / RECORD)
+    config["coverage"] = run.coverage
     (junit.parent / PLUGIN_CONFIG).write_text(json.dumps(config))
     return [run.python, "-m", "pytest", "-p", "no:cacheprovider", "-p", "etriage_pytest", "-c", str(ini),
             "--rootdir", str(run.package_dir), "-q", "--junit-xml", str(junit),
@@ -180,13 +189,41 @@ def run_each(target, runs: list[SuiteRun]) -> list[tuple[list[SuiteResult], floa
     return done
 
 
+_BROKEN_CONFTEST = re.compile(r"ImportError while loading conftest '([^']+)'")
+RECORD_MAX_BYTES = 64 * 1024 * 1024  # the plugin's record is the run's output: bounded like its JUnit
+
+
+def broken_conftest(log_text: str, run: SuiteRun) -> str | None:
+    """The package-relative directory of a conftest.py that failed to import, from pytest's
+    log: pytest stops the whole session for it (--continue-on-collection-errors does not help),
+    so the files below it are set apart and the others run again. None when there is none."""
+    match = _BROKEN_CONFTEST.search(log_text)
+    if not match:
+        return None
+    where = Path(match.group(1)).parent
+    for root in (run.package_dir, run.package_dir.resolve()):
+        try:
+            relative = str(where.relative_to(root))
+        except ValueError:
+            continue
+        return "" if relative == "." else relative
+    return None
+
+
+def under(path: str, directory: str) -> bool:
+    file = path.split("::", 1)[0]
+    return not directory or file.startswith(directory.rstrip("/") + "/")
+
+
 def execute(run: SuiteRun, cmd: list[str], env: dict[str, str], junit: Path, readable=()) -> SuiteResult:
     """Run one command that writes `junit`; the result comes from that file. `readable`: more
     read-only paths than the run's own (a target's libraries)."""
     start = time.monotonic()
     log_path = junit.with_suffix(".log")
+    record = junit.parent / RECORD
     done = run_logged(cmd, cwd=run.package_dir, env=env, log_path=log_path, timeout=run.timeout,
-                      sandbox=run.sandbox, python=run.python, readable=[*run.readable(), *readable], outputs=[junit])
+                      sandbox=run.sandbox, python=run.python, readable=[*run.readable(), *readable],
+                      outputs=[junit, record] if run.suite.kind in ("pytest", "selected") else [junit])
     result = SuiteResult(suite=run.suite.name, target=run.target, commit=run.build.commit,
                          status="ran", command=cmd, seconds=round(time.monotonic() - start, 2))
     unreadable = ""
@@ -194,6 +231,15 @@ def execute(run: SuiteRun, cmd: list[str], env: dict[str, str], junit: Path, rea
         tests = read_results(junit, run) if junit.is_file() and junit.stat().st_size else []
     except JUnitError as error:  # the run wrote it: its problem is this suite's, never the triage's
         tests, unreadable = [], str(error)
+    if record.is_file() and 0 < record.stat().st_size <= RECORD_MAX_BYTES and not record.is_symlink():
+        result.record_path = str(record)
+        try:
+            cpu = json.loads(record.read_text(errors="replace")).get("cpu", {})
+        except (ValueError, AttributeError):
+            cpu = {}
+        for test in tests:
+            if isinstance(cpu.get(test.test), (int, float)):
+                test.cpu_seconds = float(cpu[test.test])
     if unreadable:
         result.status, result.reason = "crashed", f"unreadable JUnit results ({unreadable})"
         result.log_excerpt = done.tail()

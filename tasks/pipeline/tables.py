@@ -59,6 +59,9 @@ class Selection:
     max_import_depth: int = 3
     seconds_per_file: float = 6
     seconds_per_test: float = 1.5
+    # the selected tests' wall-clock safety net: this many times the budget (which is spent in
+    # learned CPU seconds before the run); a run that hits it says so, as a safety net
+    wall_limit_factor: float = 4
     focus_words: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     retries: int = 1

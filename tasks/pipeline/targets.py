@@ -52,10 +52,49 @@ class HostTarget:
                 # none of the tests' files exist in this tree: nothing to run, all absent
                 return SuiteResult(suite=run.suite.name, target=run.target, commit=run.build.commit,
                                    status="ran", reason="none of the test files exist here")
-            cmd = suite_runner.pytest_command(run, junit)
-            return suite_runner.execute(run, cmd, self.env_for(run, suite_runner.plugin_env(junit)), junit)
+            return self._run_pytest(run, junit)
         cmd = suite_runner.template_command(run, junit)
         return suite_runner.execute(run, cmd, self.env_for(run), junit)
+
+    def _run_pytest(self, run: SuiteRun, junit: Path, attempts: int = 6) -> SuiteResult:
+        """One pytest process; when a conftest.py fails to import (pytest then stops the whole
+        session, whatever the flags), the files below it are reported as collection errors
+        with pytest's own text and the rest run again, so one uncollectable directory never
+        hides the others' results."""
+        contained: list[TestResult] = []
+        for _ in range(attempts):
+            cmd = suite_runner.pytest_command(run, junit)
+            result = suite_runner.execute(run, cmd, self.env_for(run, suite_runner.plugin_env(junit)), junit)
+            log = junit.with_suffix(".log")
+            text = log.read_text(errors="replace") if result.status == "crashed" and log.is_file() else ""
+            broken = suite_runner.broken_conftest(text, run) if text else None
+            if broken is None:
+                break
+            inside = [p for p in (run.node_ids or run.paths or run.suite.paths) if suite_runner.under(p, broken)]
+            if not inside:
+                break
+            excerpt = text[text.find("ImportError while loading conftest"):][:suite_runner.TEXT_LIMIT]
+            contained += [TestResult(suite=run.suite.name, test=path, target=run.target, outcome="error",
+                                     message=excerpt.splitlines()[0][:500], text=excerpt)
+                          for path in dict.fromkeys(p.split("::", 1)[0] for p in inside)]
+            if run.node_ids:
+                run = replace(run, node_ids=tuple(t for t in run.node_ids if not suite_runner.under(t, broken)))
+                rest = run.node_ids
+            else:
+                run = replace(run, paths=tuple(p for p in (run.paths or run.suite.paths)
+                                               if not suite_runner.under(p, broken)))
+                rest = run.paths
+            if not rest:
+                result = SuiteResult(suite=run.suite.name, target=run.target, commit=run.build.commit,
+                                     status="ran", command=cmd, seconds=result.seconds)
+                break
+        if contained:
+            result.tests = contained + result.tests
+            if result.status == "crashed" and result.tests:
+                result.status = "ran"
+            result.reason = (result.reason + "; " if result.reason else "") + \
+                f"{len(contained)} file(s) could not be collected (a conftest.py failed to import); the others ran"
+        return result
 
     def run_many(self, runs: list[SuiteRun]) -> list[tuple[list[SuiteResult], float, bool]]:
         """Run several suites; pytest suites that share a build, arguments and mode (whole
@@ -89,7 +128,8 @@ def _combine(runs: list[SuiteRun]) -> SuiteRun:
                   paths=paths, args=runs[0].suite.args)
     return replace(runs[0], suite=suite, paths=paths, node_ids=node_ids,
                    budget_seconds=budget.budget_seconds if budget else None,
-                   budget_paths=budget.budget_paths if budget else ())
+                   budget_paths=budget.budget_paths if budget else (),
+                   order=tuple(t for r in runs for t in r.order), coverage=any(r.coverage for r in runs))
 
 
 def _split(combined: SuiteResult, runs: list[SuiteRun]) -> list[SuiteResult]:
@@ -104,7 +144,7 @@ def _split(combined: SuiteResult, runs: list[SuiteRun]) -> list[SuiteResult]:
     for run in runs:
         part = SuiteResult(suite=run.suite.name, target=combined.target, commit=combined.commit,
                            status=combined.status, reason=combined.reason, command=combined.command,
-                           log_excerpt=combined.log_excerpt)
+                           log_excerpt=combined.log_excerpt, record_path=combined.record_path)
         part.tests = [replace(t, suite=run.suite.name) for t in combined.tests
                       if owner.get(t.test.split("::", 1)[0], runs[0].suite.name) == run.suite.name]
         part.seconds = round(sum(t.seconds for t in part.tests), 2)

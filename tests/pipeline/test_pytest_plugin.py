@@ -41,7 +41,7 @@ def test_plugin_filters_and_budgets(tmp_path, config, expected):
         outcome = "skipped" if case.find("skipped") is not None else "passed"
         found[f"{case.get('classname').replace('.', '/')}.py::{case.get('name')}"] = outcome
         if outcome == "skipped":
-            assert "etriage: over the time budget" in case.find("skipped").get("message", "")
+            assert "etriage: over the wall-clock safety limit" in case.find("skipped").get("message", "")
     assert found == expected
 
 

@@ -127,6 +127,10 @@ def test_recall_and_time_are_counted_over_the_killable_mutants(bench, measured):
     assert summary["recall"] == round(summary["killed_by_selection"] / summary["killable"], 3)
     assert summary["areas"]["exir"]["killable"] == len(killable)
     assert 0 < summary["time_ratio"] <= 1  # the selection is part of the relevant set
+    # with the map (the baselines' lines): every killable mutant judged, its cost a part of the whole
+    assert summary["with_map"]["killed"] == sum(m.map_status == "killed" for m in killable)
+    assert all(m.map_status in ("killed", "missed") for m in killable)
+    assert 0 < summary["with_map"]["time_ratio"] <= 1
     assert summary["discarded_uncovered"] == measured.uncovered > 0
     text = selection.render(summary)
     assert f"{summary['killed_by_selection']} of {summary['killable']} killable" in text
