@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 import sys
 import uuid
 from pathlib import Path
@@ -98,14 +99,18 @@ def test_the_heartbeat_keeps_a_lease_past_its_ttl(lab):
 
 
 def test_waiting_jobs_are_served_in_order_per_soc(lab):
-    pool = lab.pool(ttl=5)
+    # TTLs far beyond a busy machine's pauses: a waiter whose ticket lapsed while the next worker
+    # was still starting would leave the queue (that is test_a_dead_waiter_leaves_the_queue)
+    pool = lab.pool(ttl=60)
     queue = f"{lab.prefix}queue:SM8750"
     held = pool.acquire("SM8750", "holder")
     order = []
     for i in range(3):  # each one queued before the next starts
         order.append(f"w{i}")
-        lab.worker("SM8750", f"w{i}", "1", "0.05", "5")
+        worker = lab.worker("SM8750", f"w{i}", "1", "0.05", "60")
+        deadline = time.monotonic() + 120
         while lab.client.zcard(queue) < i + 1:
+            assert worker.poll() is None and time.monotonic() < deadline, f"w{i} never queued"
             lab.client.blpop([f"{lab.prefix}test:never"], timeout=0.05)
     # another SoC's devices are not held up by this queue
     other = pool.acquire("x86_64", "other-soc", wait=5)
