@@ -179,7 +179,8 @@ def default_model(read: Callable[[str], Failure]) -> Scorer | None:
         return None
     # The key covers the corpus and the code that reads it (extraction, rules, features) and the
     # trainer's version, read from its metadata: importing scikit-learn is what scoring avoids.
-    code = sorted(Path(__file__).parent.glob("*.py")) + sorted(Path(__file__).parent.glob("rules/*.yaml"))
+    here = Path(__file__).parent
+    code = [*sorted(here.glob("*.py")), *sorted(here.glob("rules/*.yaml")), here / "structure.yaml"]
     key = f"{corpus_hash(paths + code)}-f{FEATURE_VERSION}-sk{_sklearn_version()}"
     cached = cache_dir() / f"model-{key}.npz"
     try:
