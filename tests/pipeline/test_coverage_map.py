@@ -13,7 +13,7 @@ from bot.store import Store
 from tasks.pipeline import coverage_map, durations, select
 from tasks.pipeline.sandbox import Sandbox
 from tasks.pipeline.suites import PLUGIN_DIR, SuiteRun
-from tasks.pipeline.tables import Suite, load_tables
+from tasks.pipeline.tables import load_tables
 from tasks.pipeline.targets import make_target
 from tasks.records import BuildResult, ChangedFile
 
