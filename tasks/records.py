@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bot import md
 from triage_rules.records import LABEL_CONFIDENCE, Failure, dump, load
 
 VERDICTS: tuple[str, ...] = ("new", "pre_existing", "flaky", "environment", "not_in_log", "fixed")
@@ -195,10 +196,10 @@ class Verdict(_Record):
 
     @property
     def category_words(self) -> str:
-        """`category`, or "`X` or `Y`, unsure" (markdown)."""
+        """`category`, or "`X` or `Y`, unsure": markdown, each name through bot.md.code."""
         if self.unsure:
-            return " or ".join(f"`{c}`" for c in self.failure.unsure) + ", unsure"
-        return f"`{self.category}`"
+            return " or ".join(md.code(c, 60) for c in self.failure.unsure) + ", unsure"
+        return md.code(self.category, 60)
 
     @property
     def fingerprint(self) -> str:

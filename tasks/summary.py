@@ -115,7 +115,7 @@ def render_ci_section(report: CiReport) -> str:
         icon = VERDICT_ICONS.get(verdict.verdict, "•")
         what = md.code(verdict.test) if verdict.test else md.text(failure.title or failure.category, 120)
         lines.append(f"- {icon} **{md.text(verdict.verdict.replace('_', '-'), 40)}** · "
-                     f"{md.text(verdict.category_words, 120)} · job {md.code(verdict.suite, 120)} · {what}")
+                     f"{verdict.category_words} · job {md.code(verdict.suite, 120)} · {what}")
         if verdict.verdict == "environment":
             lines.append("  The environment (runner, SDK, device or infrastructure) failed, "
                          "not this change.")

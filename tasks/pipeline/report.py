@@ -50,7 +50,7 @@ def _section(group: list[Verdict], h: str) -> list[str]:
     lines = [f"{h}# {title}: 1 failure, {md.text(spread(group), 200)}", ""]
     how = (f" (decided by {md.code(failure.decided_by, 80)}, confidence {failure.confidence:.2f})"
            if failure.decided_by else f" (rule {md.code(failure.rule, 80)})" if failure.rule else "")
-    lines.append(f"- **Category:** {md.text(first.category_words, 120)}{how}")
+    lines.append(f"- **Category:** {first.category_words}{how}")
     if failure.looks_like:
         lines.append("- **Looks like:** " + ", ".join(
             f"{_corpus_link(n)} ({float(n.get('similarity') or 0):.2f})" for n in failure.looks_like[:3]))

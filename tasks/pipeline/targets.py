@@ -11,6 +11,7 @@ imports executorch.backends.qualcomm. Device targets: device_target.py.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from tasks.pipeline import suites as suite_runner
 from tasks.pipeline.device_target import DeviceTarget
@@ -19,7 +20,7 @@ from tasks.pipeline.sandbox import scrubbed_env
 from tasks.pipeline.suites import SuiteRun
 from tasks.pipeline.tables import Suite, TargetSpec
 from tasks.qnn.sdk import find_sdk
-from tasks.records import SuiteResult
+from tasks.records import SuiteResult, TestResult
 
 
 def not_run(run: SuiteRun, reason: str) -> SuiteResult:

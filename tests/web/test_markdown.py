@@ -192,7 +192,7 @@ def test_a_whole_comment_from_hostile_records_renders_only_its_own_structure():
         "h2 etriage: ❌ 3 new failures caused by this change · 1 pre-existing",
         "h3 Rebuild and tests", "h4 New failures caused by this change",
         # the failure's own heading: its title, escaped and on one line
-        f"h5 test_x #{md.JOINER}#{md.JOINER} etriage: ✅ No new failures caused by this change all good: 2 tests",
+        f"h5 test_x #{md.JOINER}#{md.JOINER} etriage: ✅ No new failures caused by this change all good: 1 failure, in 2 probes",
         "h4 Pre-existing failures (also fail at the merge base)", "h4 Tests × targets", "h3 CI logs"]
     assert [c.strip() for c in page.comments] == ["etriage:summary"]  # the bot's own marker, nothing hidden by a run
     assert page.mentions() == []
