@@ -8,6 +8,7 @@ shared caches: merge-base outcomes, learned durations, import graphs, native bui
 """
 from __future__ import annotations
 
+import logging
 import shutil
 import sys
 import tempfile
@@ -28,6 +29,9 @@ from tasks.pipeline.targets import make_target, not_run
 from tasks.records import VERDICTS, BuildResult, Report, SelectedTest, SuiteResult, Verdict
 from triage_rules import classify_text
 from triage_rules.records import Failure
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -299,9 +303,16 @@ def _coverage_store(options: TriageOptions, ws: Workspace):
     if not options.coverage or not ws.use_cache:
         return None
     if options.coverage_store is None:
-        from bot.store import Store, default_database_url  # deferred: SQLAlchemy and Alembic load here
+        from sqlalchemy.exc import SQLAlchemyError  # deferred: SQLAlchemy and Alembic load here
 
-        options.coverage_store = Store(default_database_url(ws.data_dir))
+        from bot.store import Store, default_database_url
+
+        try:
+            options.coverage_store = Store(default_database_url(ws.data_dir))
+        except SQLAlchemyError as error:  # an unreadable database costs the map, never the triage
+            log.warning("coverage map off for this run: %s", str(error).splitlines()[0][:200])
+            options.coverage = False
+            return None
     return options.coverage_store
 
 
