@@ -436,7 +436,10 @@ def open_commit(ctx: WorkerContext, worktree: ExitStack, installation_id: int | 
 def wheel_references() -> tuple[str, ...]:
     """The installed wheel's release tag and commit (its version.py, never imported): a fetched
     mirror needs them to tell whether a side's native sources are the wheel's."""
-    wheel = compiled.installed_wheel(installed_package_dir(sys.executable))
+    try:
+        wheel = compiled.installed_wheel(installed_package_dir(sys.executable))
+    except RuntimeError:  # no executorch beside the worker: nothing to compare with
+        return ()
     return tuple(r for r in (f"refs/tags/v{wheel.release}" if wheel.release else "", wheel.commit) if r)
 
 
