@@ -305,7 +305,7 @@ def _coverage_store(options: TriageOptions, ws: Workspace):
     if options.coverage_store is None:
         from sqlalchemy.exc import SQLAlchemyError  # deferred: SQLAlchemy and Alembic load here
 
-        from bot.store import Store, default_database_url
+        from bot.store import Store, default_database_url  # deferred: as above, only when the map is on
 
         try:
             options.coverage_store = Store(default_database_url(ws.data_dir))
