@@ -251,6 +251,12 @@ class SharedRope(torch.nn.Module):
         return q_rot * k_gate, k_rot * q_gate, torch.tanh(q_rot + k_rot)
 
 
+def rope_inputs() -> dict[str, tuple]:
+    """SharedRope's two methods' arguments: a 4-token prefill, then one decode step."""
+    return {"prefill": (torch.randn(4, 8), torch.randn(4, 8), torch.arange(4.0).reshape(4, 1)),
+            "decode": (torch.randn(1, 8), torch.randn(1, 8), torch.tensor([[4.0]]))}
+
+
 def shared_nodes_across_delegates() -> dict:
     """'prefill' and 'decode' of a rope-like block, each split into two XNNPACK delegates that
     share computed nodes (cos, sin) and a constant (inv_freq)."""
@@ -260,10 +266,7 @@ def shared_nodes_across_delegates() -> dict:
 
     torch.manual_seed(0)
     model = SharedRope().eval()
-    inputs = {
-        "prefill": (torch.randn(4, 8), torch.randn(4, 8), torch.arange(4.0).reshape(4, 1)),
-        "decode": (torch.randn(1, 8), torch.randn(1, 8), torch.tensor([[4.0]])),
-    }
+    inputs = rope_inputs()
     eps = {m: torch.export.export(model, args) for m, args in inputs.items()}
     partitioners = {m: submodule_partitioner(XNNPACK, ("q_rope", "k_rope")) for m in inputs}
     lowered, problems, data = _lower_and_check(

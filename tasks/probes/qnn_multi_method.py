@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from tasks.probes import graph_checks
-from tasks.probes.multi_method import SharedRope, _delegate_details, _output_problems, _raise_if
+from tasks.probes.multi_method import SharedRope, _delegate_details, _output_problems, _raise_if, rope_inputs
 from tasks.probes.runtime import LoadedProgram, require_backends, to_pte
 
 QNN = "QnnBackend"
@@ -27,10 +27,7 @@ def prefill_decode_on_htp() -> dict:
     require_backends(QNN)
     torch.manual_seed(0)
     model = SharedRope().eval()
-    inputs = {
-        "prefill": (torch.randn(4, 8), torch.randn(4, 8), torch.arange(4.0).reshape(4, 1)),
-        "decode": (torch.randn(1, 8), torch.randn(1, 8), torch.tensor([[4.0]])),
-    }
+    inputs = rope_inputs()
     edge = htp.lower({m: model for m in inputs}, inputs)
     programs = {m: edge.exported_program(m) for m in inputs}
     data = {"delegates": _delegate_details(programs), "methods": sorted(edge.methods)}
