@@ -1,20 +1,34 @@
-"""A seeded dashboard database: realistic runs, results, failures, clusters, flaky tests and
-devices, the same for the same seed. It backs the dashboard's tests, bench/dashboard.py and
+"""A seeded dashboard database: a coherent history of ExecuTorch's trunk and pull requests, the
+same for the same seed. It backs the dashboard's tests, bench/dashboard.py and
 `etriage dashboard --demo`.
 
-The failures are real: primary lines and log excerpts of the engine's labelled corpus
-(tests/engine/corpus: 684 public CI failures with their category) and of the CI log fixtures
-(../shared/fixtures/logs, or the copy shipped in etriage/dev/fixtures). Only their numbers are
-varied (the normaliser erases them, so they cluster like reruns of one failure do), and a few
-get a word changed (near-duplicates that the edit distance joins).
+What makes it coherent:
+- **Time.** Trunk is a chain of commits in time order; each commit gets one run on every target
+  a few minutes after it lands. A pull request is opened on the trunk commit of its day (its
+  merge base), and its pushes follow each other; every run starts after its commit and every
+  result and failure lies between the run's start and finish.
+- **Places.** A failure strikes only tests of its own area: a QNN error (the text names QNN, the
+  HTP or QAIRT, or the category is QNN's) strikes QNN tests on QNN targets, a multi-method lowering
+  error the multi-method tests and probes, and so on. A pull request's title, its changed files,
+  its tests and its own new failures are all of one area.
+- **Stories.** A trunk break starts at one commit (`new` there, `pre_existing` after), lasts some
+  commits and is fixed by a later one; the last one is still open (trunk is red now, since a
+  known commit). PRs based on a broken commit that run the broken test see it pre-existing. A
+  PR's own regression fails some of its pushes and is often fixed by its last. The environment
+  (QNN SDK, device, runner) breaks a target for some hours; flaky tests fail and pass on retry.
+- **Text.** Every failure is real text that belongs to ExecuTorch: the labelled corpus's records
+  whose source is pytorch/executorch (issues, PRs and commits; tests/engine/corpus) and the bot's
+  own probe failures on patched ExecuTorch (corpus/generated.jsonl), and, for runner trouble only,
+  the infrastructure logs of PyTorch's CI, which ExecuTorch's jobs run on. Their numbers are
+  redrawn like reruns print them; a few lose a letter (near-duplicates the edit distance joins).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import re
-import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -28,7 +42,6 @@ PUBLIC, PRIVATE = "pytorch/executorch", "qualcomm/executorch-qnn-internal"
 HOSTILE_TITLE = '<script>alert("pwned")</script> [QNN] multi-method: share the KV cache & <b>bold</b>'
 TARGETS = ("host", "qnn-htp-sim", "android-sm8650", "android-sm8750")
 ENVIRONMENT = {"device_infra", "ci_infra", "qnn_sdk_or_toolchain", "import_or_env"}
-TRIGGERS = ("pull_request", "pull_request", "pull_request", "rerun", "comment:run", "workflow_run")
 SUITE_TESTS = {
     "multi_method": ["exir/backend/test/test_to_backend_multi_method.py::TestToBackendMultiMethod::test_"
                      + n for n in ("multi_method_to_backend_single_method", "multi_method_to_backend_two_methods",
@@ -53,44 +66,102 @@ SUITE_TESTS = {
 SUITES_OF_TARGET = {"host": ("multi_method", "mutable_buffer", "index_put", "probes"),
                     "qnn-htp-sim": ("qnn", "multi_method", "mutable_buffer"),
                     "android-sm8650": ("qnn",), "android-sm8750": ("qnn",)}
-TITLES = ["[QNN] lower prefill and decode as two methods", "Fix constant propagation of mutated buffers",
-          "[XNNPACK] partitioner: skip index_put with accumulate", "exir: memory planning for shared caches",
-          "[QNN] HTP v79 support", "Bump pytorch pin", "to_backend: per-method partitioner map",
-          "[QNN] rms_norm op builder", "llama: quantized KV cache (pt2e)", "docs: multi-method export",
-          "emit: mutable buffer write-back", "[QNN] fix slice_copy validation", HOSTILE_TITLE]
+
+
+@dataclass(frozen=True)
+class Area:
+    """A part of ExecuTorch: the PRs that change it, the files they touch, where its tests run."""
+    titles: tuple[str, ...]
+    files: tuple[tuple[str, str], ...]  # (path, a function in it)
+    targets: tuple[str, ...]
+
+
+AREAS = {
+    "qnn": Area(("[QNN] lower prefill and decode as two methods", "[QNN] HTP v79 support",
+                 "[QNN] rms_norm op builder", "[QNN] fix slice_copy validation", "[QNN] quantized sdpa for llama",
+                 HOSTILE_TITLE),
+                (("backends/qualcomm/builders/op_rms_norm.py", "RmsNormVisitor.define_node"),
+                 ("backends/qualcomm/partition/qnn_partitioner.py", "QnnPartitioner.partition"),
+                 ("backends/qualcomm/utils/utils.py", "generate_qnn_executorch_compiler_spec")),
+                ("qnn-htp-sim", "android-sm8650", "android-sm8750")),
+    "multi_method": Area(("to_backend: per-method partitioner map", "exir: lower several methods in one program",
+                          "llama: export prefill and decode as methods"),
+                         (("exir/backend/backend_api.py", "to_backend"),
+                          ("exir/program/_program.py", "EdgeProgramManager.to_backend")),
+                         ("host", "qnn-htp-sim")),
+    "mutable_buffer": Area(("Fix constant propagation of mutated buffers", "llama: quantized KV cache (pt2e)",
+                            "emit: mutable buffer write-back", "exir: memory planning for shared caches"),
+                           (("exir/passes/constant_prop_pass.py", "constant_prop_pass"),
+                            ("exir/memory_planning.py", "_is_mutable_buffer"),
+                            ("exir/emit/_emitter.py", "_emit_output")),
+                           ("host", "qnn-htp-sim")),
+    "xnnpack": Area(("[XNNPACK] partitioner: skip index_put with accumulate", "[XNNPACK] fp16 index_put"),
+                    (("backends/xnnpack/partition/config/generic_node_configs.py", "IndexPutConfig.check_constraints"),),
+                    ("host",)),
+    "portable": Area(("kernels: index_put broadcasting", "portable: negative indices in index_put"),
+                     (("kernels/portable/cpu/op_index_put.cpp", "index_put_out"),), ("host",)),
+    "docs": Area(("docs: multi-method export", "Bump pytorch pin"), (("docs/source/using-executorch-export.md", ""),), ()),
+}
+AREA_OF_PROBE = {"multi_method": "multi_method", "mutable_buffer": "mutable_buffer"}
 AUTHORS = ["cccclai", "haowhsu-quic", "shewu-quic", "larryliu0820", "JacobSzwejbka", "mcr229", "kimishpatel",
            "outside-contributor"]
+# Where a failure belongs, by its text first (ordered: the first match wins), then by category.
+# Other backends' failures (Arm, Core ML, Vulkan, MPS) have no tests here and are left out.
+AREA_BY_TEXT = [(re.compile(p, re.I), a) for p, a in (
+    (r"\b(arm|tosa|ethos|vela|coreml|mlstate|vulkan|shader|mps|mediatek|neuron|cadence|openvino)\b", None),
+    (r"qnn|qualcomm|htp|qairt|hexagon|snpe", "qnn"), (r"xnn", "xnnpack"))]
+AREA_BY_CATEGORY = {"qnn_op_validation": "qnn", "qnn_sdk_or_toolchain": "qnn", "multi_method_lowering": "multi_method",
+                    "mutable_buffer": "mutable_buffer", "export_failure": "portable", "runtime_error": "portable",
+                    "numerical_mismatch": "portable", "device_infra": "device", "ci_infra": "runner",
+                    "import_or_env": "runner"}
+NOT_A_TEST_FAILURE = {"build_failure", "lint", "other"}  # a build or lint job's, not a test's
+INFRA_LOGS = ("gha_timeout", "docker_manifest_unknown", "artifact_not_found", "action_archive_download_failure",
+              "infra_osdc_pod_failure", "gha_operation_canceled", "aws_credentials_load_failure")
 
 
-@dataclass
-class Incident:
-    """One real failure that recurs: its corpus record, where it strikes, and how."""
+@dataclass(frozen=True)
+class RealFailure:
     line: str
     excerpt: str
     category: str
-    kind: str  # trunk (broken on the default branch for a while) | new (a PR's own) | flaky
-    tests: list[tuple[str, str, str]]  # (suite, test, target)
-    start: datetime
-    end: datetime
-    rate: float
+    area: str
 
 
 def real_failures(shared: Path | None = None) -> list[tuple[str, str, str]]:
-    """(primary line, excerpt, category) of the labelled corpus and the CI log fixtures."""
+    """(primary line, excerpt, category) of every real failure the seed may use."""
+    return [(f.line, f.excerpt, f.category) for f in _real_failures(shared)]
+
+
+def area_of(line: str, excerpt: str, category: str) -> str | None:
+    for pattern, area in AREA_BY_TEXT:
+        if pattern.search(line) or pattern.search(excerpt):
+            return area
+    return AREA_BY_CATEGORY.get(category)
+
+
+def _real_failures(shared: Path | None) -> list[RealFailure]:
     found = []
-    for path in (corpus.TRAIN_FILE, corpus.EVAL_FILE):
+    generated = corpus.TRAIN_FILE.parent / "generated.jsonl"  # the bot's own probe failures
+    for path in (corpus.TRAIN_FILE, corpus.EVAL_FILE, generated):
         if path.is_file():
-            found += [(r.failure_line, r.excerpt, r.category) for r in corpus.load_corpus(path)]
-    logs = [shared / "fixtures" / "logs" / "pytorch-log-classifier"] if shared else []
-    logs.append(Path(__file__).resolve().parent / "dev" / "fixtures" / "logs" / "pytorch-log-classifier")
-    for folder in logs:
+            for line in path.read_text().splitlines():
+                record = json.loads(line)
+                if "pytorch/executorch" not in record["source"]:
+                    continue
+                area = area_of(record["failure_line"], record["excerpt"], record["category"])
+                if area is not None and record["category"] not in NOT_A_TEST_FAILURE:
+                    found.append(RealFailure(record["failure_line"], record["excerpt"], record["category"], area))
+    folders = [shared / "fixtures" / "logs" / "pytorch-log-classifier"] if shared else []
+    folders.append(Path(__file__).resolve().parent / "dev" / "fixtures" / "logs" / "pytorch-log-classifier")
+    for folder in folders:
         if folder.is_dir():
-            for log in sorted(folder.glob("*.txt")):
-                lines = log.read_text(errors="replace").splitlines()
-                primary = next((ln for ln in reversed(lines) if re.search(r"Error|FAILED|error:", ln)),
-                               lines[-1] if lines else log.stem)
-                found.append((primary.strip()[:400], "\n".join(lines[-60:]), "ci_infra"
-                              if "runner" in log.stem or "artifact" in log.stem else "runtime_error"))
+            for stem in INFRA_LOGS:
+                log = folder / f"{stem}.txt"
+                if log.is_file():
+                    lines = log.read_text(errors="replace").splitlines()
+                    primary = next((ln for ln in reversed(lines) if re.search(r"Error|error:|##\[error\]", ln)),
+                                   lines[-1] if lines else stem)
+                    found.append(RealFailure(primary.strip()[:400], "\n".join(lines[-40:]), "ci_infra", "runner"))
             break
     if not found:
         raise RuntimeError("no real failures to seed from: the corpus and the log fixtures are missing")
@@ -110,129 +181,261 @@ def _vary(line: str, rng: random.Random, edit: bool) -> str:
     return line
 
 
-def _all_tests() -> list[tuple[str, str, str]]:
-    return [(suite, test, target) for target, suites in SUITES_OF_TARGET.items()
-            for suite in suites for test in SUITE_TESTS[suite]]
+def _area_of_test(suite: str, test: str) -> str:
+    if suite == "qnn":
+        return "qnn"
+    if suite == "probes":
+        return AREA_OF_PROBE[test.split("::")[1]]
+    if suite == "index_put":
+        return "xnnpack" if "_xnnpack_" in test else "portable"
+    return suite
+
+
+def _tests_of(area: str, targets=TARGETS) -> list[tuple[str, str, str]]:
+    """(suite, test, target) of an area's tests on these targets."""
+    return [(suite, test, target) for target in targets for suite in SUITES_OF_TARGET[target]
+            for test in SUITE_TESTS[suite] if _area_of_test(suite, test) == area]
+
+
+@dataclass
+class Strike:
+    """A failure that strikes some (suite, test, target)s: on trunk commits [first, end), on a
+    PR's pushes, or (environment, flaky) in a window of time, at a rate."""
+    failure: RealFailure
+    kind: str  # trunk | pr | environment | flaky
+    tests: set
+    rate: float = 1.0
+    first: int = 0  # trunk: the commit that broke it
+    end: int = 1 << 30  # trunk: the commit that fixed it
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+
+
+@dataclass
+class Run:
+    repo: str
+    pr: int
+    head: str
+    base: str
+    started: datetime
+    targets: tuple[str, ...]
+    tests: list = field(default_factory=list)  # (suite, test, target)
+    title: str = ""
+    author: str = ""
+    trigger: str = "pull_request"
+    status: str = "completed"
+    area: str = ""
+    commit: int | None = None  # trunk: index of the commit; a PR: index of its merge base
+    own: Strike | None = None  # a PR's own regression at this push
+
+
+def _sha(rng: random.Random) -> str:
+    return f"{rng.getrandbits(160):040x}"
 
 
 def seed(history: History, *, runs: int = 300, results: int = 6000, days: int = 30, seed: int = 12,
          now: datetime | None = None, shared: Path | None = None, devices: int = 6) -> dict:
-    """Fill `history` with `runs` finished runs and about `results` results over `days` days."""
+    """Fill `history` with `runs` runs (about `results` results) over `days` days."""
     rng = random.Random(seed)
     now = now or datetime.now(timezone.utc).replace(microsecond=0)
     span = timedelta(days=days)
-    pool = real_failures(shared)
-    rng.shuffle(pool)
-    tests = _all_tests()
-    incidents = []
-    for i, (line, excerpt, category) in enumerate(pool[:max(12, min(len(pool), runs // 8, 60))]):
-        kind = ("trunk", "new", "new", "flaky")[i % 4]
-        start = now - span + timedelta(seconds=rng.uniform(0, span.total_seconds() * 0.9))
-        length = timedelta(days=rng.uniform(1, 10)) if kind != "flaky" else span
-        incidents.append(Incident(line, excerpt, category, kind, rng.sample(tests, rng.randint(1, 4)),
-                                  start, min(now, start + length),
-                                  {"trunk": 0.9, "new": 0.8, "flaky": 0.15}[kind]))
-    striking = {}  # (suite, test, target) -> the incidents that can strike it
-    for incident in incidents:
-        for key in incident.tests:
-            striking.setdefault(key, []).append(incident)
-    prs = [(PRIVATE if n % 10 == 7 else PUBLIC, 9000 + n) for n in range(max(4, runs // 3))]
-    pr_meta = {pr: (TITLES[i % len(TITLES)], AUTHORS[i % len(AUTHORS)]) for i, pr in enumerate(prs)}
-    per_run = max(1, results // max(1, runs))
+    pool = _real_failures(shared)
+    by_area: dict[str, list[RealFailure]] = {}
+    for failure in pool:
+        by_area.setdefault(failure.area, []).append(failure)
+    for failures in by_area.values():
+        rng.shuffle(failures)
+
+    def take(*areas: str, env: bool | None = None) -> RealFailure:
+        """A failure of one of these areas (env: only environment categories, or none of them)."""
+        choices = [f for a in areas for f in by_area.get(a, ())
+                   if env is None or (f.category in ENVIRONMENT) == env]
+        return rng.choice(choices or pool)
+
+    # ---- trunk: a chain of commits, one run on every target each -------------------------------
+    full = sum(len(SUITE_TESTS[s]) for t in TARGETS for s in SUITES_OF_TARGET[t])
+    n_commits = max(8, min(runs // 5, results // (2 * full)))
+    step = span / n_commits
+    commits = [(_sha(rng), now - span + step * (k + rng.uniform(0.05, 0.7))) for k in range(n_commits)]
+    strikes: list[Strike] = []
+    breakable = [a for a in ("qnn", "multi_method", "mutable_buffer", "xnnpack", "portable") if by_area.get(a)]
+    n_breaks = max(3, n_commits // 6)
+    for b in range(n_breaks):
+        area = breakable[b % len(breakable)] if b < n_breaks - 1 else "qnn"  # the open one is QNN's
+        if b == n_breaks - 1:  # still broken now: since 2 to 4 commits ago
+            first, end = n_commits - rng.randint(2, min(4, n_commits - 1)), n_commits
+        else:
+            first = rng.randint(1, max(1, n_commits - 6))
+            end = first + rng.randint(1, 4)
+        candidates = _tests_of(area, ("android-sm8750",) if b == n_breaks - 1 else TARGETS)
+        tests = set(rng.sample(candidates, min(len(candidates), rng.randint(1, 3))))
+        strikes.append(Strike(take(area, env=False), "trunk", tests, first=first, end=end))
+    env_windows = max(2, days // 6)
+    for w in range(env_windows):
+        target = TARGETS[1 + w % 3]  # the SDK on the simulator, the devices
+        failure = take("qnn", env=True) if target == "qnn-htp-sim" else take("device", "runner", env=True)
+        at = now - span + timedelta(seconds=rng.uniform(0, span.total_seconds() - 86400))
+        strikes.append(Strike(failure, "environment", set(rng.sample(_tests_of("qnn", (target,)), 3)), rate=0.9,
+                              start_at=at, end_at=at + timedelta(hours=rng.uniform(3, 14))))
+    for area in ("qnn", "multi_method", "mutable_buffer", "qnn", "portable"):
+        candidates = _tests_of(area)
+        if candidates and by_area.get(area):
+            strikes.append(Strike(take(area, env=False), "flaky", {rng.choice(candidates)},
+                                  rate=rng.uniform(0.04, 0.15), start_at=now - span, end_at=now))
+
+    planned: list[Run] = []
+    n_trunk = n_commits
+    for k, (sha, at) in enumerate(commits):
+        planned.append(Run(PUBLIC, 0, sha, commits[k - 1][0] if k else _sha(rng),
+                           at + timedelta(minutes=rng.uniform(2, 20)), TARGETS,
+                           [(s, t, tg) for tg in TARGETS for s in SUITES_OF_TARGET[tg] for t in SUITE_TESTS[s]],
+                           title=f"trunk {sha[:7]}", author="pytorchbot", trigger="push", commit=k))
+
+    # ---- pull requests: opened on a trunk commit, pushes in order ----------------------------
+    pr_runs = max(0, runs - n_trunk)
+    per_run = max(4, (results - n_trunk * full) // max(1, pr_runs))
+    area_names = [a for a in AREAS if a == "docs" or by_area.get(a)]
+    number, made = 9000, 0
+    while made < pr_runs:
+        area = area_names[number % len(area_names)] if number % 7 else "qnn"
+        spec = AREAS[area]
+        repo = PRIVATE if number % 10 == 7 else PUBLIC
+        title = spec.titles[(number // len(area_names)) % len(spec.titles)]
+        pushes = min(pr_runs - made, 1 + int(rng.expovariate(0.9)))
+        opened = now - span + timedelta(seconds=rng.uniform(0, span.total_seconds() - 3600))
+        base = max([k for k, (_, at) in enumerate(commits) if at <= opened] or [0])
+        targets = spec.targets[:1] + ((rng.choice(spec.targets[1:]),) if len(spec.targets) > 1 else ())
+        own = None
+        if area != "docs" and number % 3 == 0:
+            candidates = _tests_of(area, targets)
+            own = Strike(take(area, env=False), "pr", set(rng.sample(candidates, min(len(candidates), rng.randint(1, 3)))),
+                         rate=1.0)
+        fixed_at = pushes - 1 if own and pushes > 1 and rng.random() < 0.6 else pushes
+        at = opened
+        for p in range(pushes):
+            if at >= now - timedelta(minutes=5):
+                break
+            selected = _tests_of(area, targets) if area != "docs" else []
+            selected = sorted(rng.sample(selected, min(len(selected), per_run)))
+            if own and p < fixed_at:
+                selected = sorted(set(selected) | own.tests)
+            planned.append(Run(repo, number, _sha(rng), commits[base][0], at, targets, selected, title=title,
+                               author=AUTHORS[number % len(AUTHORS)],
+                               trigger="pull_request" if p == 0 else rng.choice(("pull_request", "rerun",
+                                                                                  "comment:run")),
+                               area=area, commit=base, own=own if p < fixed_at else None))
+            made += 1
+            at += timedelta(hours=rng.uniform(0.5, 30))
+        number += 1
+    planned.sort(key=lambda r: r.started)  # run ids in time order
+    for n, run in enumerate(planned):
+        if run.pr and n % 97 == 5:
+            run.status = "abandoned"
+        elif run.pr and n % 131 == 9:
+            run.status = "failed"
+        elif now - run.started < timedelta(hours=1) and n % 3 == 0:
+            run.status = "running"
+    return _write(history, planned, strikes, commits, rng, now, devices)
+
+
+def _outcome(run: Run, key, strikes: list[Strike], rng: random.Random):
+    """(the strike that failed this test here, its verdict), or (None, None) when it passed."""
+    if run.own is not None and key in run.own.tests:
+        return run.own, "new"
+    for strike in strikes:
+        if key not in strike.tests:
+            continue
+        if strike.kind == "trunk":
+            commit = run.commit if run.commit is not None else -1
+            if strike.first <= commit < strike.end:
+                return strike, "new" if run.pr == 0 and commit == strike.first else "pre_existing"
+        elif strike.start_at <= run.started <= strike.end_at and rng.random() < strike.rate:
+            return strike, "environment" if strike.kind == "environment" else "flaky"
+    return None, None
+
+
+def _write(history: History, planned: list[Run], strikes, commits, rng: random.Random, now, devices) -> dict:
     run_rows, result_rows, failure_rows = [], [], []
-    for n in range(runs):
-        trunk = rng.random() < 0.15
-        repo, pr = (PUBLIC, 0) if trunk else prs[min(len(prs) - 1, int(rng.random() ** 1.5 * len(prs)))]
-        age = timedelta(seconds=(rng.random() ** 1.3) * span.total_seconds())
-        started = now - age
-        head = f"{rng.getrandbits(160):040x}"
-        status = "completed"
-        if n % 97 == 5:
-            status = "abandoned"
-        elif n % 131 == 9:
-            status = "failed"
-        elif age < timedelta(hours=1) and n % 7 == 0:
-            status = "running"
-        target = rng.choice(TARGETS if rng.random() < 0.4 else ("host", "qnn-htp-sim"))
-        suites = SUITES_OF_TARGET[target]
-        chosen = [(s, t, target) for s in suites for t in SUITE_TESTS[s]]
-        chosen = rng.sample(chosen, min(len(chosen), per_run)) if len(chosen) >= per_run else \
-            [chosen[i % len(chosen)][:2] + (target,) for i in range(len(chosen))]
-        title, author = pr_meta.get((repo, pr), ("trunk: " + head[:7], "pytorchbot"))
+    for run in planned:
+        build, other = round(rng.uniform(2, 90), 1), round(rng.uniform(3, 40), 1)
+        ran_seconds = 0.0
         counts: dict[str, int] = {}
         results_here, failures_here, log_lines = [], [], []
-        for suite, test, tgt in chosen if status != "abandoned" else []:
-            outcome, verdict, hit = "passed", None, None
-            for incident in striking.get((suite, test, tgt), ()):
-                if (suite, test, tgt) in incident.tests and incident.start <= started <= incident.end \
-                        and (incident.kind != "new" or (pr and zlib.crc32(f"{repo}#{pr}:{incident.line}".encode()) % 3 == 0)) \
-                        and rng.random() < incident.rate:
-                    hit = incident
-                    break
-            if hit:
-                verdict = ("environment" if hit.category in ENVIRONMENT else
-                           {"trunk": "pre_existing", "new": "new" if pr else "pre_existing",
-                            "flaky": "flaky"}[hit.kind])
-                outcome = "flaky" if verdict == "flaky" else "failed"
+        for suite, test, target in run.tests if run.status != "abandoned" else []:
+            duration = round(rng.uniform(0.2, 30.0), 2)
+            ran_seconds += duration
+            at = run.started + timedelta(seconds=build + ran_seconds)
+            strike, verdict = _outcome(run, (suite, test, target), strikes, rng)
+            outcome = "passed" if strike is None else "flaky" if verdict == "flaky" else "failed"
+            if strike is not None:
                 counts[verdict] = counts.get(verdict, 0) + 1
-                line = _vary(hit.line, rng, edit=rng.random() < 0.1)
+                line = _vary(strike.failure.line, rng, edit=rng.random() < 0.1)
+                spec = AREAS.get(run.area)
+                suspects = [{"path": path, "symbol": symbol, "line": rng.randint(20, 400), "score": 3.0,
+                             "reason": "in the traceback"} for path, symbol in spec.files[:2]] \
+                    if verdict == "new" and run.pr and spec else []
                 failures_here.append(dict(
-                    repo=repo, pr=pr, sha=head, source=f"etriage:{suite}@{tgt}", test=test, target=tgt,
-                    backend=backend_of(suite, tgt, test), verdict=verdict, category=hit.category,
-                    rule=rng.choice(("model", f"{hit.category}.rule", "probe-failure")),
-                    confidence=round(rng.uniform(0.55, 1.0), 2), fingerprint=fingerprint(line),
-                    primary_line=line, line_no=None, text=cluster_text(line),
-                    suspects=[{"path": "exir/passes/constant_prop_pass.py", "symbol": "constant_prop_pass",
-                               "line": rng.randint(20, 400), "score": 3.0, "reason": "in the traceback"}]
-                    if verdict == "new" else [], at=started + timedelta(minutes=5)))
-                excerpt = hit.excerpt.splitlines()[-12:]
-                excerpt = [line if x.strip() == hit.line.strip() else x for x in excerpt]
-                log_lines += [f"=== {test} ({tgt}) ===", *excerpt, *([] if line in excerpt else [line])]
-            results_here.append(dict(repo=repo, sha=head, suite=suite, test=test, target=tgt,
-                                     backend=backend_of(suite, tgt, test), outcome=outcome,
-                                     retries=1 if outcome == "flaky" else 0,
-                                     duration=round(rng.uniform(0.2, 30.0), 2), at=started + timedelta(minutes=5)))
-        build, ran = round(rng.uniform(2, 90), 1), round(rng.uniform(10, 400), 1)
-        other = round(rng.uniform(3, 40), 1)
+                    repo=run.repo, pr=run.pr, sha=run.head, source=f"etriage:{suite}@{target}", test=test,
+                    target=target, backend=backend_of(suite, target, test), verdict=verdict,
+                    category=strike.failure.category,
+                    rule=("probe-failure" if suite == "probes" else rng.choice(("model", f"{strike.failure.category}.rule"))),
+                    confidence=round(rng.uniform(0.6, 1.0), 2), fingerprint=fingerprint(line),
+                    primary_line=line, line_no=None, text=cluster_text(line), suspects=suspects, at=at))
+                excerpt = strike.failure.excerpt.splitlines()[-12:]
+                excerpt = [line if x.strip() == strike.failure.line.strip() else x for x in excerpt]
+                log_lines += [f"=== {test} ({target}) ===", *excerpt, *([] if line in excerpt else [line])]
+            results_here.append(dict(repo=run.repo, sha=run.head, suite=suite, test=test, target=target,
+                                     backend=backend_of(suite, target, test), outcome=outcome,
+                                     retries=1 if outcome == "flaky" else 0, duration=duration, at=at))
+        total = round(build + ran_seconds + other, 1)
         primary = next((f["primary_line"] for f in failures_here), "")
-        log = "\n".join(["$ etriage triage --target " + target, *log_lines, "triage finished"])
+        log = "\n".join([f"$ etriage triage --head {run.head[:12]} --base {run.base[:12]} "
+                         + " ".join(f"--target {t}" for t in run.targets),
+                         f"ran {len(results_here)} test(s) on {', '.join(run.targets) or 'no target'}",
+                         *log_lines, "triage finished"])
+        spec = AREAS.get(run.area)
+        suites = sorted({s for s, _, _ in run.tests})
         run_rows.append(dict(
-            key=f"{repo}#{pr}@{head}:pr:1", repo=repo, pr=pr, head_sha=head,
-            base_sha=f"{rng.getrandbits(160):040x}", trigger="push" if trunk else rng.choice(TRIGGERS),
-            kind="pr", title=title, author=author, status=status,
-            conclusion=None if status in ("running", "abandoned") else
-            ("failure" if counts.get("new") else "neutral" if counts.get("environment") else "success"),
-            attempt=1, retry_of=None, started_at=started,
-            finished_at=None if status == "running" else started + timedelta(seconds=build + ran + other),
-            deadline_at=started + timedelta(hours=2),
-            stage_seconds={"plan": round(other / 3, 1), "build": build, "suites": ran,
-                           "classify": round(other / 3, 1), "compare": round(other / 3, 1),
-                           "total": round(build + ran + other, 1)},
-            counts=counts, plan={"suites": list(suites), "targets": [target], "areas": ["exir"],
+            key=f"{run.repo}#{run.pr}@{run.head}:pr:1", repo=run.repo, pr=run.pr, head_sha=run.head,
+            base_sha=run.base, trigger=run.trigger, kind="pr", title=run.title, author=run.author,
+            status=run.status, conclusion=None if run.status in ("running", "abandoned") else
+            ("failure" if counts.get("new") or (run.pr == 0 and counts.get("pre_existing"))
+             else "neutral" if counts.get("environment") else "success"),
+            attempt=1, retry_of=None, started_at=run.started,
+            finished_at=None if run.status in ("running", "abandoned") else run.started + timedelta(seconds=total),
+            deadline_at=run.started + timedelta(hours=2),
+            stage_seconds={"plan": round(other / 3, 1), "build": build, "suites": round(ran_seconds, 1),
+                           "classify": round(other / 3, 1), "compare": round(other / 3, 1), "total": total},
+            counts=counts, plan={"suites": suites, "targets": list(run.targets),
+                                 "areas": [run.area or "trunk"], "docs_only": run.area == "docs",
                                  "backends": sorted({r["backend"] for r in results_here}),
-                                 "changed_files": [{"path": "exir/passes/constant_prop_pass.py", "status": "M"}]},
+                                 "changed_files": [{"path": p, "status": "M"} for p, _ in spec.files] if spec else []},
             build={"status": "ok", "kind": "overlay", "seconds": build},
-            suites=[{"suite": s, "target": target, "status": "ran",
-                     "tests": sum(r["suite"] == s for r in results_here)} for s in suites],
+            suites=[{"suite": s, "target": t, "status": "ran",
+                     "tests": sum(r["suite"] == s and r["target"] == t for r in results_here)}
+                    for t in run.targets for s in SUITES_OF_TARGET[t] if s in suites],
             comment=_comment(counts, failures_here), log=log,
             primary_line_no=log.splitlines().index(primary) if primary in log.splitlines() else None))
         result_rows.append(results_here)
         failure_rows.append(failures_here)
-    order = sorted(range(len(run_rows)), key=lambda i: run_rows[i]["started_at"])  # ids in time order
-    run_rows = [run_rows[i] for i in order]
-    result_rows = [result_rows[i] for i in order]
-    failure_rows = [failure_rows[i] for i in order]
     bulk = BulkLoad(history)
     with history.engine.begin() as conn:
         ids = bulk.runs(conn, run_rows)
         bulk.rows(conn, "test_results", [dict(r, run_id=i) for i, rs in zip(ids, result_rows) for r in rs])
         bulk.rows(conn, "failure_events", [dict(f, run_id=i) for i, fs in zip(ids, failure_rows) for f in fs])
+        checks = history.store.t.get("runs")
+        if checks is not None:  # the check run each PR head got (its id links to GitHub)
+            conn.execute(checks.insert(), [dict(
+                repo=r["repo"], pr=r["pr"], head_sha=r["head_sha"], kind="pr", status="completed",
+                conclusion=r["conclusion"], check_run_id=1_900_000_000 + i,
+                created_at=r["started_at"], updated_at=r["finished_at"] or r["started_at"])
+                for i, r in zip(ids, run_rows)])
     latest = {}  # (repo, pr) -> the newest head: the store's pull request rows (open or closed)
     for row in run_rows:
         if row["pr"]:
-            latest[(row["repo"], row["pr"])] = row["head_sha"]
-    for n, ((repo, pr), head) in enumerate(sorted(latest.items())):
-        history.store.record_pull(repo, pr, head, base_ref="main", base_sha=head[::-1], installation_id=1,
+            latest[(row["repo"], row["pr"])] = (row["head_sha"], row["base_sha"])
+    for n, ((repo, pr), (head, base)) in enumerate(sorted(latest.items())):
+        history.store.record_pull(repo, pr, head, base_ref="main", base_sha=base, installation_id=1,
                                   state="closed" if n % 9 == 4 else "open")
     clustered = history.recluster()
     rebuild_stats(history)
@@ -244,7 +447,8 @@ def seed(history: History, *, runs: int = 300, results: int = 6000, days: int = 
                               lease_holder="pytorch/executorch#9003" if n % 4 == 1 else None,
                               last_seen=now - timedelta(minutes=n * 7), details={"android": "15"})
     return {"runs": len(run_rows), "results": sum(map(len, result_rows)),
-            "failures": clustered["failures"] and sum(map(len, failure_rows)), "clusters": clustered["clusters"]}
+            "failures": sum(map(len, failure_rows)), "clusters": clustered["clusters"],
+            "trunk_commits": len(commits)}
 
 
 def _comment(counts: dict, failures: list[dict]) -> str:

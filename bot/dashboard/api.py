@@ -7,6 +7,7 @@ from flask import Blueprint, jsonify, request
 from bot.dashboard.auth import viewer
 from bot.dashboard.context import state
 from bot.dashboard.queries import WINDOWS, FilterError, Filters, environments, queues
+from triage_rules.records import CATEGORIES
 
 blueprint = Blueprint("dashboard_api", __name__, url_prefix="/api")
 
@@ -16,17 +17,33 @@ def _error(status: int, detail: str):
 
 
 def _filters() -> Filters:
-    return Filters.from_args(request.args)
+    return state().dashboard.choices(viewer()).check(Filters.from_args(request.args))
 
 
 @blueprint.errorhandler(FilterError)
-def _bad_filter(error):
-    return _error(400, str(error))
+def _bad_filter(error: FilterError):
+    answer = {"status": "error", "detail": str(error)}
+    if error.valid is not None:
+        answer.update(argument=error.name, valid=list(error.valid))
+    return jsonify(answer), 400
 
 
 @blueprint.get("/overview")
 def overview():
     return jsonify(state().dashboard.overview(_filters(), viewer()))
+
+
+@blueprint.get("/trunk")
+def trunk():
+    return jsonify(state().dashboard.trunk(_filters(), viewer()))
+
+
+@blueprint.get("/tests/<path:test>")
+def test(test: str):
+    filters = _filters()
+    data = state().dashboard.test(test, filters, viewer())
+    return jsonify(data) if data else _error(404, f"no result of that test in the last {filters.days} days "
+                                                  "that you may read")
 
 
 @blueprint.get("/prs")
@@ -98,7 +115,8 @@ def _list_of(name: str) -> dict:
 
 
 SCHEMAS = {
-    "Error": _object({"status": {"const": "error"}, "detail": STR}),
+    "Error": _object({"status": {"const": "error"}, "detail": STR,
+                      "argument": STR, "valid": {"type": "array", "items": STR}}, required=["status", "detail"]),
     "Pagination": _object({"page": INT, "pages": INT, "total": INT, "per_page": INT}),
     "Filters": {"type": "object", "additionalProperties": {"type": ["string", "integer"]}},
     "PrSummary": _object({"repo": STR, "pr": INT, "title": STR, "author": STR, "head_sha": STR,
@@ -143,8 +161,46 @@ SCHEMAS = {
                        "lease_holder": _nullable("string"), "last_seen": TIME}, required=["id", "status"]),
 }
 SCHEMAS.update({
+    "TrunkCell": _object({"target": STR, "suite": STR,
+                          "state": {"enum": ["red", "environment", "flaky", "green", "none"]},
+                          "run_id": INT, "tests": INT, "not_passed": INT, "failure_id": _nullable("integer")},
+                         required=["target", "suite", "state"]),
+    "TrunkFailing": _object({"test": STR, "target": STR, "suite": STR, "run_id": INT,
+                             "failure_id": _nullable("integer"), "verdict": _nullable("string"),
+                             "category": _nullable("string"), "primary_line": _nullable("string"),
+                             "cluster_id": _nullable("string"), "since_sha": STR, "since_at": TIME,
+                             "since_run": INT, "since_exact": BOOL, "last_green_sha": _nullable("string"),
+                             "commits_red": INT, "latest_sha": STR}),
+    "Trunk": _object({
+        "repo": _nullable("string"), "red": BOOL,
+        "latest": {"type": ["object", "null"], "properties": {"sha": STR, "at": TIME, "run_id": INT}},
+        "since": {"type": ["object", "null"], "properties": {"sha": STR, "at": TIME, "run_id": INT,
+                                                             "exact": BOOL, "commits": INT}},
+        "failing": _list_of("TrunkFailing"),
+        "jobs": {"type": "array", "items": _object({"target": STR, "suite": STR})},
+        "commits": {"type": "array", "items": _object({"sha": STR, "at": TIME, "run_id": INT,
+                                                       "cells": _list_of("TrunkCell")})},
+        "environment": INT, "flaky": INT}),
+    "TestSide": _object({"runs": INT, "passed": INT, "failed": INT, "flaky": INT, "skipped": INT,
+                         "last": _nullable("string"),
+                         "strip": {"type": "array", "items": _object({
+                             "run_id": INT, "outcome": STR, "at": TIME, "sha": _nullable("string"), "repo": STR,
+                             "pr": INT, "verdict": _nullable("string"), "failure_id": _nullable("integer")})}}),
+    "TestPage": _object({
+        "test": STR, "repos": {"type": "array", "items": STR},
+        "targets": {"type": "array", "items": _object({
+            "target": STR, "soc": _nullable("string"), "trunk": _ref("TestSide"), "prs": _ref("TestSide"),
+            "flaky_rate": _nullable("number"), "flaky_lower": _nullable("number")})},
+        "clusters": {"type": "array", "items": _object({
+            "id": STR, "title": _nullable("string"), "category": _nullable("string"), "failures": INT,
+            "trunk": INT, "prs": INT, "verdicts": COUNTS, "first": TIME, "last": TIME})},
+        "failures": {"type": "array", "items": _object({
+            "id": INT, "run_id": INT, "repo": STR, "pr": INT, "sha": _nullable("string"), "target": STR,
+            "verdict": STR, "category": _nullable("string"), "primary_line": _nullable("string"),
+            "cluster_id": _nullable("string"), "at": TIME})},
+        "failure_count": INT}),
     "Overview": _object({
-        "filters": _ref("Filters"), "days": {"type": "array", "items": STR},
+        "filters": _ref("Filters"), "days": {"type": "array", "items": STR}, "trunk": _ref("Trunk"),
         "health": _list_of("Health"), "open_prs_with_new_failures": _list_of("PrSummary"),
         "trunk_failures_now": {"type": "array", "items": {"allOf": [_ref("ClusterRef"), _object(
             {"failures_48h": INT, "tests": INT, "last": TIME})]}},
@@ -177,10 +233,10 @@ SCHEMAS.update({
 })
 
 _FILTER_PARAMETERS = [
-    {"name": "repo", "in": "query", "schema": STR, "description": "owner/name"},
-    {"name": "backend", "in": "query", "schema": STR, "description": "portable, xnnpack, qualcomm"},
-    {"name": "target", "in": "query", "schema": STR, "description": "host, qnn-htp-sim, android-<soc>"},
-    {"name": "category", "in": "query", "schema": STR, "description": "a failure category"},
+    {"name": "repo", "in": "query", "schema": STR, "description": "owner/name, one the history holds"},
+    {"name": "backend", "in": "query", "schema": STR, "description": "one the history holds: portable, xnnpack, qualcomm"},
+    {"name": "target", "in": "query", "schema": STR, "description": "one the history holds: host, qnn-htp-sim, android-<soc>"},
+    {"name": "category", "in": "query", "schema": {"enum": list(CATEGORIES)}, "description": "a failure category"},
     {"name": "days", "in": "query", "schema": {"type": "integer", "enum": list(WINDOWS)}},
     {"name": "page", "in": "query", "schema": {"type": "integer", "minimum": 1}},
 ]
@@ -207,6 +263,10 @@ OPENAPI = {
                             "Private repositories need a GitHub login (session cookie from /login)."},
     "paths": {
         "/api/overview": _get("Health per backend x target, PRs with new failures, trunk failures, busiest clusters", "Overview"),
+        "/api/trunk": _get("Trunk now (red since which commit, which tests on which targets) and the "
+                           "commits x jobs grid", "Trunk"),
+        "/api/tests/{test}": _get("One test across trunk, pull requests and targets: results, flakiness, "
+                                  "clusters, failures", "TestPage", params=("test",), missing=True),
         "/api/prs": _get("Pull requests with their latest run's verdict counts", "PrList"),
         "/api/prs/{owner}/{name}/{number}": _get("One pull request: its comment, failures and every push", "PrPage",
                                                  filters=False, params=("owner", "name", "number"), missing=True),

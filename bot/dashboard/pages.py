@@ -6,12 +6,13 @@ charts are inline SVG from bot.dashboard.charts.
 """
 from __future__ import annotations
 
-from flask import Blueprint, abort, redirect, render_template, request, url_for
+from flask import Blueprint, abort, g, redirect, render_template, request, url_for
 from werkzeug.exceptions import HTTPException
 
 from bot.dashboard import charts
 from bot.dashboard.auth import check_csrf, csrf_token, require, viewer
 from bot.dashboard.context import state
+from bot.dashboard.links import GitHubLinks
 from bot.dashboard.queries import WINDOWS, FilterError, Filters, environments, queues, run_status
 from bot.history import TRUNK, day_range
 from bot.publisher import DispatchError
@@ -22,10 +23,18 @@ LOG_CONTEXT = 4  # lines shown either side of the primary line; the rest collaps
 
 
 def _filters() -> Filters:
+    """The query's filters, each a known value (else 400 naming the valid ones)."""
     try:
-        return Filters.from_args(request.args)
+        return choices().check(Filters.from_args(request.args))
     except FilterError as error:
         abort(400, str(error))
+
+
+def choices():
+    """The filters' known values for this viewer, read once per request."""
+    if "filter_choices" not in g:
+        g.filter_choices = state().dashboard.choices(viewer())
+    return g.filter_choices
 
 
 @blueprint.app_template_global()
@@ -59,7 +68,7 @@ def _error_page(error: HTTPException):
 @blueprint.app_context_processor
 def _common():
     return {"viewer": viewer(), "windows": WINDOWS, "login_enabled": bool(state().config.oauth_client_id),
-            "csrf_token": csrf_token}
+            "csrf_token": csrf_token, "gh": GitHubLinks(state().config.github_web_url), "choices": choices}
 
 
 @blueprint.get("/")
@@ -67,14 +76,20 @@ def overview():
     filters = _filters()
     data = state().dashboard.overview(filters, viewer())
     days = [d[5:] for d in data["days"]]
-    series30 = {h["name"]: [p["pass_rate"] for p in h["daily"]] for h in data["health"]}
-    series7 = {name: values[-7:] for name, values in series30.items()}
+    series = {h["name"]: [p["pass_rate"] for p in h["daily"]] for h in data["health"]}
     return render_template(
-        "dashboard/overview.html", data=data, filters=filters,
-        chart7=charts.line_chart("Pass rate per backend / target, last 7 days", days[-7:], series7,
-                                 y_label="pass rate (%)", y_max=100, unit="%"),
-        chart30=charts.line_chart("Pass rate per backend / target, last 30 days", days, series30,
-                                  y_label="pass rate (%)", y_max=100, unit="%"))
+        "dashboard/overview.html", data=data, trunk=data["trunk"], filters=filters,
+        chart=charts.line_chart("Pass rate per backend / target, last 30 days", days, series,
+                                y_label="pass rate (%)", y_bounds=(0, 100), unit="%"))
+
+
+@blueprint.get("/tests/<path:test>")
+def test(test: str):
+    filters = _filters()
+    data = state().dashboard.test(test, filters, viewer())
+    if data is None:
+        abort(404, f"no result of the test {test[:300]!r} is recorded in the last {filters.days} days")
+    return render_template("dashboard/test.html", data=data, filters=filters)
 
 
 @blueprint.get("/prs")
@@ -131,6 +146,14 @@ def run(run_id: int):
             return refused
         abort(404, f"no run {run_id}")
     lines, primary = data["log"]["lines"], data["log"]["primary"]
+    focus_failure = None
+    wanted = request.args.get("failure", "")
+    if wanted:  # the failure this page is opened for (a link from a test, a cluster, the grid)
+        focus_failure = next((f for f in data["failures"] if str(f["id"]) == wanted), None)
+        if focus_failure is None:
+            abort(404, f"run {run_id} has no failure {wanted[:30]!r}")
+        if focus_failure["log_line"] is not None:
+            primary = focus_failure["log_line"]
     if primary is None:  # no primary line known: the tail is what matters
         cut = max(0, len(lines) - 2 * LOG_CONTEXT)
         before, after = list(enumerate(lines[:cut])), []
@@ -140,8 +163,9 @@ def run(run_id: int):
         before = list(enumerate(lines[:start]))
         focus = [(i + start, line) for i, line in enumerate(lines[start:end])]
         after = [(i + end, line) for i, line in enumerate(lines[end:])]
-    return render_template("dashboard/run.html", data=data, filters=Filters(),
-                           log_before=before, log_focus=focus, log_after=after, primary=primary)
+    marked = {f["log_line"] for f in data["failures"] if f["log_line"] is not None}
+    return render_template("dashboard/run.html", data=data, filters=Filters(), focus_failure=focus_failure,
+                           log_before=before, log_focus=focus, log_after=after, primary=primary, marked=marked)
 
 
 @blueprint.post("/runs/<int(max=2147483647):run_id>/retry")

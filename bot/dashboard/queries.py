@@ -14,8 +14,11 @@ from datetime import date, datetime, timedelta, timezone
 
 from sqlalchemy import Integer, and_, exists, func, select
 
+from bot.dashboard.testpage import test_history
+from bot.dashboard.trunk import trunk as trunk_status
 from bot.history import TRUNK, History, day_range
 from bot.queues import ENVIRONMENTS_KEY, QUEUES
+from triage_rules.records import CATEGORIES
 
 PAGE = 50
 WINDOWS = (1, 7, 30, 90)
@@ -23,7 +26,32 @@ CATEGORY_RE = r"^[a-z_]{1,60}$"
 
 
 class FilterError(ValueError):
-    """A filter value the dashboard does not accept (the answer is 400 with this message)."""
+    """A filter value the dashboard does not accept (the answer is 400 with this message and,
+    for a value that is not one of the known ones, the valid ones)."""
+
+    def __init__(self, message: str, name: str = "", valid: tuple[str, ...] | None = None):
+        super().__init__(message)
+        self.name, self.valid = name, valid
+
+
+@dataclass(frozen=True)
+class Choices:
+    """The values a filter may take: what the history holds that this viewer may read (a
+    private repository a stranger may not read is as unknown as one never seen)."""
+    repos: tuple[str, ...] = ()
+    backends: tuple[str, ...] = ()
+    targets: tuple[str, ...] = ()
+    categories: tuple[str, ...] = CATEGORIES
+
+    def check(self, filters: "Filters") -> "Filters":
+        for name, valid in (("repo", self.repos), ("backend", self.backends), ("target", self.targets),
+                            ("category", self.categories)):
+            value = getattr(filters, name)
+            if value and value not in valid:
+                known = ", ".join(valid) if valid else "none recorded yet"
+                raise FilterError(f"{name}: {value[:100]!r} is not a known {name}; choose one of: {known}",
+                                  name, tuple(valid))
+        return filters
 
 
 @dataclass(frozen=True)
@@ -124,6 +152,38 @@ class Dashboard:
             conditions.append(f.c.at >= since)
         return and_(*conditions)
 
+    @staticmethod
+    def now() -> datetime:
+        return _now()
+
+    def choices(self, viewer: Viewer) -> Choices:
+        r, h = self.t["triage_runs"], self.t["health_daily"]
+        with self.engine.connect() as conn:
+            repos = conn.execute(select(r.c.repo).distinct().where(self._visible(r.c.repo, viewer))).scalars()
+            repos = tuple(sorted(repos))
+            pairs = conn.execute(select(h.c.backend, h.c.target).distinct()
+                                 .where(self._visible(h.c.repo, viewer))).all()
+        return Choices(repos=repos, backends=tuple(sorted({b for b, _ in pairs if b})),
+                       targets=tuple(sorted({t for _, t in pairs if t})))
+
+    def trunk(self, filters: Filters, viewer: Viewer) -> dict:
+        return plain(trunk_status(self, filters, viewer))
+
+    def test(self, test: str, filters: Filters, viewer: Viewer) -> dict | None:
+        data = test_history(self, test, filters, viewer)
+        return plain(data) if data is not None else None
+
+    def check_runs(self, repo: str, pr: int, heads: list[str]) -> dict[str, int]:
+        """head sha -> the id of the bot's check run on it (the store's runs table)."""
+        runs = self.h.store.t.get("runs")
+        if runs is None or not heads:
+            return {}
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(runs.c.head_sha, runs.c.check_run_id).where(
+                runs.c.repo == repo, runs.c.pr == pr, runs.c.head_sha.in_(heads),
+                runs.c.check_run_id.is_not(None)).order_by(runs.c.id)).all()
+        return {sha: check for sha, check in rows}
+
     def _pages(self, total: int, filters: Filters) -> dict:
         pages = max(1, -(-total // PAGE))
         return {"page": filters.page, "pages": pages, "total": total, "per_page": PAGE}
@@ -187,7 +247,8 @@ class Dashboard:
                              for d in days]}
                   for name in sorted(series)]
         return plain({
-            "filters": filters.args(), "days": [d.isoformat() for d in days], "health": health,
+            "filters": filters.args(), "days": [d.isoformat() for d in days],
+            "trunk": trunk_status(self, filters, viewer), "health": health,
             "open_prs_with_new_failures": [_pr_summary(p) for p in open_prs],
             "trunk_failures_now": [dict(clusters.get(row.cluster_id, {"id": row.cluster_id}),
                                         id=row.cluster_id, failures_48h=row.failures, tests=row.tests,
@@ -250,6 +311,9 @@ class Dashboard:
                 .where(f.c.run_id == latest["id"]).order_by(f.c.id)).mappings()]
         for failure in failures:
             failure["seen_on_trunk"] = bool(failure.pop("trunk_failures"))
+        checks = self.check_runs(repo, number, sorted({x["head_sha"] for x in runs if x["head_sha"]}))
+        for x in runs:
+            x["check_run_id"] = checks.get(x["head_sha"])
         return plain({"repo": repo, "pr": number, "title": runs[0]["title"], "author": runs[0]["author"],
                       "latest_run": latest["id"], "counts": latest["counts"] or {}, "comment": comment or "",
                       "failures": failures, "pushes": runs})
@@ -391,8 +455,9 @@ class Dashboard:
                 res.c.suite, res.c.test, res.c.target, res.c.backend, res.c.outcome, res.c.retries, res.c.duration)
                 .where(res.c.run_id == run_id).order_by(res.c.suite, res.c.target, res.c.test)).mappings()]
             failures = [dict(row) for row in conn.execute(select(
-                f.c.test, f.c.target, f.c.verdict, f.c.category, f.c.rule, f.c.confidence, f.c.primary_line,
-                f.c.cluster_id, f.c.suspects).where(f.c.run_id == run_id).order_by(f.c.id)).mappings()]
+                f.c.id, f.c.test, f.c.target, f.c.verdict, f.c.category, f.c.rule, f.c.confidence, f.c.primary_line,
+                f.c.line_no, f.c.source, f.c.cluster_id, f.c.suspects).where(f.c.run_id == run_id)
+                .order_by(f.c.id)).mappings()]
         run = dict(run)
         run.pop("key", None)
         run["status"] = run_status(run)
@@ -403,10 +468,12 @@ class Dashboard:
             per_target[result["outcome"] if result["outcome"] in per_target else "failed"] += 1
             per_target["tests"].append(result)
         log = (run.pop("log") or "").splitlines()
+        for failure in failures:
+            failure["log_line"] = failure_line(log, failure)
         primary = run.get("primary_line_no")
-        if primary is None:
-            wanted = {x["primary_line"].strip() for x in failures if x["primary_line"]}
-            primary = next((i for i, line in enumerate(log) if line.strip() in wanted), None)
+        if primary is None or not 0 <= primary < len(log):
+            primary = next((x["log_line"] for x in failures if x["log_line"] is not None), None)
+        run["check_run_id"] = self.check_runs(run["repo"], run["pr"], [run["head_sha"]]).get(run["head_sha"])
         return plain({"run": run, "suites": [{"suite": s, "targets": [dict(v, target=t) for t, v in targets.items()]}
                                              for s, targets in suites.items()],
                       "failures": failures, "log": {"lines": log, "primary": primary}})
@@ -469,6 +536,25 @@ def _task_id(raw) -> str | None:
         return None
     headers = message.get("headers") or {}
     return headers.get("id") or (message.get("properties") or {}).get("correlation_id")
+
+
+def failure_line(log: list[str], failure: dict) -> int | None:
+    """The index of a failure's primary line in the run's log: its recorded line number when that
+    line is the primary line, else the first line equal to it, preferring one after a line that
+    names its test (a log holds the sections of several tests)."""
+    wanted = (failure.get("primary_line") or "").strip()
+    if not wanted:
+        return None
+    recorded = failure.get("line_no")
+    if isinstance(recorded, int) and 0 <= recorded < len(log) and log[recorded].strip() == wanted:
+        return recorded
+    test = failure.get("test") or ""
+    start = next((i for i, line in enumerate(log) if test and test in line), 0)
+    for begin in (start, 0):
+        found = next((i for i in range(begin, len(log)) if log[i].strip() == wanted), None)
+        if found is not None:
+            return found
+    return None
 
 
 def run_status(run: dict) -> str | None:
