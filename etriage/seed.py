@@ -133,9 +133,16 @@ def real_failures(shared: Path | None = None) -> list[tuple[str, str, str]]:
 
 
 def area_of(line: str, excerpt: str, category: str) -> str | None:
-    for pattern, area in AREA_BY_TEXT:
-        if pattern.search(line) or pattern.search(excerpt):
+    """Other backends' failures: none; QNN's text: QNN (a QNN multi-method failure is QNN's);
+    then the domain categories; then XNNPACK's text; then the generic categories."""
+    text = f"{line}\n{excerpt}"
+    for pattern, area in AREA_BY_TEXT[:2]:
+        if pattern.search(text):
             return area
+    if category in ("multi_method_lowering", "mutable_buffer"):
+        return AREA_BY_CATEGORY[category]
+    if AREA_BY_TEXT[2][0].search(text):
+        return "xnnpack"
     return AREA_BY_CATEGORY.get(category)
 
 
@@ -302,7 +309,8 @@ def seed(history: History, *, runs: int = 300, results: int = 6000, days: int = 
         repo = PRIVATE if number % 10 == 7 else PUBLIC
         title = spec.titles[(number // len(area_names)) % len(spec.titles)]
         pushes = min(pr_runs - made, 1 + int(rng.expovariate(0.9)))
-        opened = now - span + timedelta(seconds=rng.uniform(0, span.total_seconds() - 3600))
+        first = commits[0][1] + timedelta(minutes=30)  # opened on a trunk commit the history holds
+        opened = first + timedelta(seconds=rng.uniform(0, max(60.0, (now - first).total_seconds() - 3600)))
         base = max([k for k, (_, at) in enumerate(commits) if at <= opened] or [0])
         targets = spec.targets[:1] + ((rng.choice(spec.targets[1:]),) if len(spec.targets) > 1 else ())
         own = None

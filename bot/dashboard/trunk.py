@@ -29,11 +29,11 @@ def cell_state(outcomes: dict[tuple[str, str | None], int]) -> str:
     failed = {v for (o, v), n in outcomes.items() if n and o not in ("passed", "skipped", "flaky")}
     if failed - NOT_RED:
         return "red"
-    if failed:
-        return "environment" if "environment" in failed else "flaky"
-    if any(n and o == "flaky" for (o, _), n in outcomes.items()):
+    if "environment" in failed:
+        return "environment"
+    if "flaky" in failed or any(n and o == "flaky" for (o, _), n in outcomes.items()):
         return "flaky"
-    return "green"
+    return "green"  # passed, skipped, or failures a maintainer ignored
 
 
 def trunk_repo(dashboard, filters, viewer) -> str | None:

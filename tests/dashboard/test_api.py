@@ -11,7 +11,7 @@ from openapi_spec_validator import validate
 from tests.dashboard.conftest import make_app
 
 ENDPOINTS = {  # path -> the schema its 200 answer must match
-    "/api/overview": "Overview", "/api/prs": "PrList", "/api/clusters": "ClusterList",
+    "/api/overview": "Overview", "/api/trunk": "Trunk", "/api/prs": "PrList", "/api/clusters": "ClusterList",
     "/api/flaky?days=90": "FlakyList", "/api/devices": "DevicesPage"}
 
 
@@ -32,7 +32,7 @@ def check(client, url: str, schema: str):
 def test_the_openapi_document_is_valid(client):
     document = client.get("/api/openapi.json").get_json()
     validate(document)
-    assert set(document["paths"]) >= {"/api/overview", "/api/prs", "/api/clusters", "/api/flaky",
+    assert set(document["paths"]) >= {"/api/overview", "/api/trunk", "/api/tests/{test}", "/api/prs", "/api/clusters", "/api/flaky",
                                       "/api/runs/{run_id}", "/api/devices"}
 
 
@@ -53,6 +53,17 @@ def test_detail_answers_match_the_document(api):
     cluster_id = check(api, "/api/clusters", "ClusterList")["items"][0]["id"]
     cluster = check(api, f"/api/clusters/{cluster_id}", "ClusterPage")
     assert cluster["occurrences"] and cluster["cluster"]["id"] == cluster_id
+    failing = check(api, "/api/trunk", "Trunk")["failing"][0]
+    test = check(api, f"/api/tests/{failing['test']}", "TestPage")
+    assert test["test"] == failing["test"] and failing["target"] in [t["target"] for t in test["targets"]]
+    assert failing["cluster_id"] in [c["id"] for c in test["clusters"]]
+
+
+def test_the_trunk_grid_mirrors_the_page(api):
+    data = api.get("/api/trunk").get_json()
+    html = api.get("/dashboard/").get_data(as_text=True)
+    states = re.findall(r'<td class="cell s-(\w+)"', html)
+    assert states == [cell["state"] for row in data["commits"] for cell in row["cells"]]
 
 
 def test_the_api_mirrors_the_pages(api):
@@ -67,7 +78,9 @@ def test_the_api_mirrors_the_pages(api):
 @pytest.mark.parametrize("url, status", [("/api/prs?days=2", 400), ("/api/runs/99999999", 404),
                                          ("/api/runs/12345678901234567890", 404),  # past any integer column
                                          ("/api/runs/2147483648", 404), ("/api/prs/o/r/99999999999999999999", 404),
-                                         ("/api/clusters/cnothere", 404), ("/api/flaky?page=-1", 400)])
+                                         ("/api/clusters/cnothere", 404), ("/api/flaky?page=-1", 400),
+                                         ("/api/trunk?target=qnn-sim", 400), ("/api/tests/no/such.py::test", 404),
+                                         ("/api/tests/x.py::t?backend=qnn", 400)])
 def test_errors_are_json(api, url, status):
     answer = api.get(url)
     assert answer.status_code == status
