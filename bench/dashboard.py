@@ -52,11 +52,13 @@ def pages(client) -> dict[str, str]:
     pr = next(p for p in prs if p["repo"] == PUBLIC)
     return {
         "overview": "/dashboard/", "prs": "/dashboard/prs", "prs page 5": "/dashboard/prs?page=5",
-        "prs filtered": "/dashboard/prs?category=runtime_error&target=qnn-sim",
+        "prs filtered": "/dashboard/prs?category=runtime_error&target=qnn-htp-sim",
         "pr": f"/dashboard/pr/{pr['repo']}/{pr['pr']}", "clusters": "/dashboard/clusters",
         "cluster": f"/dashboard/clusters/{clusters[0]['id']}", "flaky": "/dashboard/flaky",
         "run": f"/dashboard/runs/{pr['latest_run']}", "devices": "/dashboard/devices",
         "api overview": "/api/overview", "api prs": "/api/prs", "metrics": "/metrics",
+        "test": "/dashboard/tests/" + client.get("/api/trunk").get_json()["failing"][0]["test"],
+        "api trunk": "/api/trunk",
     }
 
 
