@@ -114,6 +114,7 @@ AREA_BY_CATEGORY = {"qnn_op_validation": "qnn", "qnn_sdk_or_toolchain": "qnn", "
                     "mutable_buffer": "mutable_buffer", "export_failure": "portable", "runtime_error": "portable",
                     "numerical_mismatch": "portable", "device_infra": "device", "ci_infra": "runner",
                     "import_or_env": "runner"}
+FLAKY = frozenset({"runtime_error", "numerical_mismatch"})  # what a flaky test prints: a crash, a tolerance
 NOT_A_TEST_FAILURE = {"build_failure", "lint", "other"}  # a build or lint job's, not a test's
 INFRA_LOGS = ("gha_timeout", "docker_manifest_unknown", "artifact_not_found", "action_archive_download_failure",
               "infra_osdc_pod_failure", "gha_operation_canceled", "aws_credentials_load_failure")
@@ -253,11 +254,12 @@ def seed(history: History, *, runs: int = 300, results: int = 6000, days: int = 
     for failures in by_area.values():
         rng.shuffle(failures)
 
-    def take(*areas: str, env: bool | None = None) -> RealFailure:
-        """A failure of one of these areas (env: only environment categories, or none of them)."""
+    def take(*areas: str, env: bool | None = None, categories: frozenset = frozenset()) -> RealFailure:
+        """A failure of one of these areas (env: only environment categories, or none of them),
+        of one of `categories` when the area has one."""
         choices = [f for a in areas for f in by_area.get(a, ())
                    if env is None or (f.category in ENVIRONMENT) == env]
-        return rng.choice(choices or pool)
+        return rng.choice([f for f in choices if f.category in categories] or choices or pool)
 
     # ---- trunk: a chain of commits, one run on every target each -------------------------------
     full = sum(len(SUITE_TESTS[s]) for t in TARGETS for s in SUITES_OF_TARGET[t])
@@ -287,7 +289,7 @@ def seed(history: History, *, runs: int = 300, results: int = 6000, days: int = 
     for area in ("qnn", "multi_method", "mutable_buffer", "qnn", "portable"):
         candidates = _tests_of(area)
         if candidates and by_area.get(area):
-            strikes.append(Strike(take(area, env=False), "flaky", {rng.choice(candidates)},
+            strikes.append(Strike(take(area, env=False, categories=FLAKY), "flaky", {rng.choice(candidates)},
                                   rate=rng.uniform(0.04, 0.15), start_at=now - span, end_at=now))
 
     planned: list[Run] = []
