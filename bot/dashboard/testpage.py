@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from bot.history import TRUNK
 
 STRIP = 30  # newest results per target and side shown as cells
-RESULTS = 3000  # newest results read per test
+RESULTS = 600  # newest results read for the strips (the counts are the database's)
 
 
 def test_history(dashboard, test: str, filters, viewer) -> dict | None:
@@ -24,10 +24,13 @@ def test_history(dashboard, test: str, filters, viewer) -> dict | None:
     since = dashboard.now() - timedelta(days=filters.days)
     target = [res.c.target == filters.target] if filters.target else []
     with dashboard.engine.connect() as conn:
+        # trunk's run ids from the (repo, pr) index: joining each result to its run would read
+        # the runs' wide rows (logs, comments)
+        trunk_runs = set(conn.execute(select(r.c.id).where(r.c.repo.in_(repos), r.c.pr == TRUNK)).scalars())
+        where = (res.c.repo.in_(repos), res.c.test == test, res.c.at >= since, *target)
+        counted = conn.execute(select(res.c.target, res.c.run_id, res.c.outcome).where(*where)).all()
         results = conn.execute(
-            select(res.c.run_id, res.c.repo, res.c.target, res.c.suite, res.c.outcome, res.c.at, res.c.sha,
-                   r.c.pr).join(r, r.c.id == res.c.run_id)
-            .where(res.c.repo.in_(repos), res.c.test == test, res.c.at >= since, *target)
+            select(res.c.run_id, res.c.repo, res.c.target, res.c.outcome, res.c.at, res.c.sha).where(*where)
             .order_by(res.c.at.desc(), res.c.run_id.desc()).limit(RESULTS)).all()
         failures = [dict(row) for row in conn.execute(
             select(f.c.id, f.c.run_id, f.c.repo, f.c.pr, f.c.sha, f.c.target, f.c.verdict, f.c.category,
@@ -41,23 +44,27 @@ def test_history(dashboard, test: str, filters, viewer) -> dict | None:
         cluster_ids = sorted({x["cluster_id"] for x in failures if x["cluster_id"]})
         clusters = {row.id: row for row in conn.execute(
             select(c.c.id, c.c.title, c.c.category).where(c.c.id.in_(cluster_ids)))} if cluster_ids else {}
-    if not results and not failures:
+    if not counted and not failures:
         return None
     failure_of = {}
     for x in failures:
         failure_of.setdefault((x["run_id"], x["target"]), x)
+    failure_pr = dict(_prs_of(dashboard, {row.run_id for row in results if row.run_id not in trunk_runs}))
     per_target: dict[str, dict] = {}
-    for row in results:
-        t = per_target.setdefault(row.target, {"target": row.target, "soc": socs.get(row.target),
+    for target_name, run_id, outcome in counted:
+        t = per_target.setdefault(target_name, {"target": target_name, "soc": socs.get(target_name),
                                                 "trunk": _side(), "prs": _side()})
-        side = t["trunk" if row.pr == TRUNK else "prs"]
-        bucket = row.outcome if row.outcome in ("passed", "flaky", "skipped") else "failed"
-        side[bucket] += 1
+        side = t["trunk" if run_id in trunk_runs else "prs"]
+        side[_bucket(outcome)] += 1
         side["runs"] += 1
+    for row in results:
+        side = per_target[row.target]["trunk" if row.run_id in trunk_runs else "prs"]
+        bucket = _bucket(row.outcome)
         if len(side["strip"]) < STRIP:
             failure = failure_of.get((row.run_id, row.target))
             side["strip"].append({"run_id": row.run_id, "outcome": bucket, "at": row.at, "sha": row.sha,
-                                  "repo": row.repo, "pr": row.pr,
+                                  "repo": row.repo, "pr": TRUNK if row.run_id in trunk_runs else
+                                  failure_pr.get(row.run_id),
                                   "verdict": failure["verdict"] if failure else None,
                                   "failure_id": failure["id"] if failure else None})
     for t in per_target.values():
@@ -89,6 +96,19 @@ def test_history(dashboard, test: str, filters, viewer) -> dict | None:
             "targets": [per_target[k] for k in sorted(per_target)],
             "clusters": sorted(grouped.values(), key=lambda g: (-g["failures"], g["id"])),
             "failures": failures[:20], "failure_count": len(failures)}
+
+
+def _prs_of(dashboard, run_ids: set[int]) -> list[tuple[int, int]]:
+    """(run id, PR number) of these runs (the strips' PR cells link their PR)."""
+    if not run_ids:
+        return []
+    r = dashboard.t["triage_runs"]
+    with dashboard.engine.connect() as conn:
+        return list(conn.execute(select(r.c.id, r.c.pr).where(r.c.id.in_(sorted(run_ids)))).tuples())
+
+
+def _bucket(outcome: str) -> str:
+    return outcome if outcome in ("passed", "flaky", "skipped") else "failed"
 
 
 def _side() -> dict:
