@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Annotated, Callable, Literal, Mapping
 
@@ -188,12 +188,30 @@ def load(text: str | None) -> RepoConfig:
         data = {key: ({} if key in SECTIONS and value is None else value) for key, value in data.items()}
     parsed, problems = ym.validate(_File, located, data)
     if problems:
-        raise RepoConfigError([_line(problem.line, problem.loc, problem.message) for problem in problems])
+        found = [(problem.line, _line(problem.line, problem.loc, problem.message)) for problem in problems]
+        found += _dangling_beside(located, data, problems)
+        raise RepoConfigError([text for _, text in sorted(found, key=lambda item: item[0])])
     config = _build(parsed)
     errors = [_line(located.line(loc), loc, problem) for loc, problem in _dangling(config)]
     if errors:
         raise RepoConfigError(errors)
     return config
+
+
+def _dangling_beside(located: ym.Located, data, problems) -> list[tuple[int, str]]:
+    """The names pointing nowhere in the sections that did validate, so that one pass reports
+    every mistake: the top-level keys with problems are left out and the rest is checked. When
+    `suites` or `targets` (what names refer to) is itself wrong, nothing more can be said."""
+    if not isinstance(data, dict):
+        return []
+    failed = {problem.loc[0] if problem.loc else problem.key for problem in problems}
+    if failed & {"suites", "targets", None}:
+        return []
+    rest = {key: value for key, value in data.items() if key not in failed}
+    parsed, again = ym.validate(_File, replace(located, problems=[]), rest)
+    if again:
+        return []
+    return [(located.line(loc), _line(located.line(loc), loc, problem)) for loc, problem in _dangling(_build(parsed))]
 
 
 def _line(line: int, loc: tuple, message: str) -> str:
