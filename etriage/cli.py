@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("etriage.demo", "serve, replay a pull_request, print the resulting PR comment"),
     "dashboard": ("etriage.dashboard", "serve the maintainer dashboard (--demo: on a seeded database)"),
     "config": ("etriage.config_check", "check a .github/etriage.yml before pushing it (config check FILE)"),
+    "app-manifest": ("etriage.app_manifest", "the GitHub App manifest with this deployment's URLs (docs/INSTALL.md)"),
 }
 
 
