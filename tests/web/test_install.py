@@ -246,3 +246,43 @@ def test_config_check_reads_standard_input(tmp_path):
 def test_config_check_without_a_file_is_a_usage_error(tmp_path):
     result = subprocess.run(ETRIAGE + ["config", "check"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "usage: etriage config check" in result.stderr
+
+
+# ---- docs/INSTALL.md says what the code does -------------------------------------------------------
+INSTALL = (ROOT / "docs" / "INSTALL.md").read_text()
+
+
+def test_install_names_only_variables_the_configuration_lists():
+    named = set(re.findall(r"`((?:ETRIAGE|REDIS|DATABASE)_[A-Z_]+)`", INSTALL))
+    documented = set(re.findall(r"`((?:ETRIAGE|REDIS|DATABASE)_[A-Z_]+)`", (ROOT / "docs" / "CONFIGURATION.md").read_text()))
+    assert named and not named - documented, f"not in docs/CONFIGURATION.md: {sorted(named - documented)}"
+
+
+def test_install_describes_every_procfile_process():
+    procfile = {line.split(":", 1)[0] for line in (ROOT / "Procfile").read_text().splitlines()
+                if line and not line.startswith("#")}
+    table = INSTALL[INSTALL.index("## 4."):INSTALL.index("## 5.")]
+    described = set(re.findall(r"^\| `([a-z-]+)` \|", table, re.M))
+    assert described == procfile
+
+
+def test_install_lists_the_manifests_permissions_and_events():
+    table = INSTALL[INSTALL.index("| Permission |"):INSTALL.index("Events:")]
+    rows = re.findall(r"^\| ([A-Z][a-z ]+) \| (read|write) \|", table, re.M)
+    assert {name.lower().replace(" ", "_"): level for name, level in rows} == MANIFEST["default_permissions"]
+    events = INSTALL[INSTALL.index("Events:"):INSTALL.index("Fill in your origin")]
+    assert set(re.findall(r"`([a-z_]+)`", events)) - {"installation"} == set(MANIFEST["default_events"])
+
+
+def test_the_upgrade_step_brings_the_schema_up(tmp_path):
+    [command] = re.findall(r"DATABASE_URL=\.\.\. (\.venv/bin/python -c .+)$", INSTALL, re.M)
+    url = f"sqlite:///{tmp_path / 'etriage.db'}"
+    argv = [sys.executable, "-c", re.search(r'-c "(.+)"$', command).group(1)]
+    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env={"PATH": "/usr/bin:/bin", "DATABASE_URL": url})
+    assert result.returncode == 0, result.stderr
+    import sqlite3
+
+    [(version,)] = sqlite3.connect(tmp_path / "etriage.db").execute("SELECT version_num FROM alembic_version")
+    newest = sorted(p.name for p in (ROOT / "bot" / "migrations" / "versions").glob("[0-9]*.py"))[-1]
+    assert newest.startswith(version[:4])
