@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Annotated, Callable, Literal, Mapping
 
@@ -188,12 +188,64 @@ def load(text: str | None) -> RepoConfig:
         data = {key: ({} if key in SECTIONS and value is None else value) for key, value in data.items()}
     parsed, problems = ym.validate(_File, located, data)
     if problems:
-        raise RepoConfigError([_line(problem.line, problem.loc, problem.message) for problem in problems])
+        found = [(problem.line, _line(problem.line, problem.loc, problem.message)) for problem in problems]
+        found += _dangling_beside(located, data, problems)
+        raise RepoConfigError([text for _, text in sorted(found, key=lambda item: item[0])])
     config = _build(parsed)
     errors = [_line(located.line(loc), loc, problem) for loc, problem in _dangling(config)]
     if errors:
         raise RepoConfigError(errors)
     return config
+
+
+def _dangling_beside(located: ym.Located, data, problems) -> list[tuple[int, str]]:
+    """The names pointing nowhere in what did validate, so that one pass reports every mistake:
+    each wrong value (a whole list, for a wrong item) or unknown key is left out and the rest is
+    checked again. When a custom suite or target (what names refer to) was left out, an unknown
+    name cannot be told from a misdefined one: nothing more is said."""
+    rest = data
+    for _ in range(5):  # each round leaves out what the last one found wrong
+        dropped = [_drop_path(rest, problem) for problem in problems]
+        if not isinstance(rest, dict) or any(not path or path[0] in ("suites", "targets") for path in dropped):
+            return []
+        for path in sorted(set(dropped), key=len, reverse=True):
+            rest = _without(rest, path)
+        parsed, problems = ym.validate(_File, replace(located, problems=[]), rest)
+        if not problems:
+            return [(located.line(loc), _line(located.line(loc), loc, problem))
+                    for loc, problem in _dangling(_build(parsed))]
+    return []
+
+
+def _drop_path(data, problem) -> tuple:
+    """Where the data must lose something for `problem` to go: the unknown key itself, else the
+    wrong value; a list as a whole (dropping one item would renumber the others)."""
+    path = problem.loc
+    if problem.key is not None and isinstance(_at(data, path), dict) and problem.key in _at(data, path):
+        path = (*path, problem.key)
+    while path and isinstance(path[-1], int):
+        path = path[:-1]
+    return path
+
+
+def _at(data, path: tuple):
+    for part in path:
+        try:
+            data = data[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
+def _without(data, path: tuple):
+    if not path or not isinstance(data, dict):
+        return data
+    head, *tail = path
+    if head not in data:
+        return data
+    if not tail:
+        return {k: v for k, v in data.items() if k != head}
+    return {**data, head: _without(data[head], tuple(tail))}
 
 
 def _line(line: int, loc: tuple, message: str) -> str:

@@ -21,6 +21,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("etriage.replay", "sign and send a webhook payload to a running etriage"),
     "demo": ("etriage.demo", "serve, replay a pull_request, print the resulting PR comment"),
     "dashboard": ("etriage.dashboard", "serve the maintainer dashboard (--demo: on a seeded database)"),
+    "config": ("etriage.config_check", "check a .github/etriage.yml before pushing it (config check FILE)"),
+    "app-manifest": ("etriage.app_manifest", "the GitHub App manifest with this deployment's URLs (docs/INSTALL.md)"),
 }
 
 

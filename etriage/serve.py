@@ -3,8 +3,11 @@
 Without REDIS_URL an embedded redis-server is started; without DATABASE_URL, SQLite under the
 data directory; without ETRIAGE_WEBHOOK_SECRET a secret is generated, printed and written to
 <data_dir>/webhook-secret (where `etriage replay` finds it). `--github-double` serves a local
-GitHub API double for a machine without GitHub. Ctrl-C / SIGTERM stops the web server, the
-worker (its whole process group) and Redis; nothing is left behind.
+GitHub API double for a machine without GitHub (its URL in <data_dir>/github-double-url);
+`--seed DIR` fills it first (etriage/dev/seed_double.py: a repository served over git, a pull
+request, a failed CI run and its log) so that replaying DIR/payloads ends in a PR comment.
+Ctrl-C / SIGTERM stops the web server, the worker (its whole process group) and Redis; nothing
+is left behind.
 
 The GitHub token is read once and removed from this process's environment: the worker gets
 the settings object (it is a forked child), so no subprocess of the pipeline can inherit it.
@@ -28,11 +31,13 @@ from bot.app import create_app
 from bot.github_client import install_redaction
 from bot.settings import Settings, SettingsError
 from etriage.dev.github_double import GitHubDouble
+from etriage.dev.seed_double import SeedError, seed
 from etriage.embedded_redis import EmbeddedRedis
 from tasks.celery_app import WorkerOptions, configure
 
 SECRET_FILE = "webhook-secret"
 URL_FILE = "serve-url"
+DOUBLE_URL_FILE = "github-double-url"
 SECRET_VARIABLES = ("ETRIAGE_GITHUB_TOKEN", "ETRIAGE_WEBHOOK_SECRET")
 
 
@@ -43,12 +48,18 @@ def add_arguments(parser) -> None:
     parser.add_argument("--concurrency", type=int, default=2, help="worker processes")
     parser.add_argument("--github-double", action="store_true",
                         help="serve a local GitHub API double and point the bot at it")
+    parser.add_argument("--seed", type=Path, metavar="DIR",
+                        help="with --github-double: fill the double from DIR/seed.yaml (etriage/dev/seed: "
+                             "a pull request and a failed CI run that DIR/payloads replay)")
     parser.add_argument("--log-file", type=Path,
                         help="write the worker's, Celery's and the web server's logs here "
                              "instead of the console")
 
 
 def run(args) -> int:
+    if getattr(args, "seed", None) and not args.github_double:
+        print("etriage serve: --seed fills the local GitHub double; add --github-double", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     install_redaction()
     stop = threading.Event()
@@ -70,6 +81,7 @@ class Service:
         self.stack = ExitStack()
         self.stop_event = stop_event or threading.Event()
         self.double = None
+        self.seeded = None
 
     def __enter__(self) -> "Service":
         try:
@@ -107,6 +119,12 @@ class Service:
             env["ETRIAGE_GITHUB_API_URL"] = self.double.url
             env.setdefault("ETRIAGE_GITHUB_TOKEN", "ghs_local_double_token_not_a_secret")
             self.double.git_tokens.add(env["ETRIAGE_GITHUB_TOKEN"])  # its git checks the token the worker fetches with
+            (data_dir / DOUBLE_URL_FILE).write_text(self.double.url)
+            if getattr(self.args, "seed", None):
+                try:
+                    self.seeded = seed(self.double, self.args.seed)
+                except SeedError as error:
+                    raise SystemExit(f"etriage serve: cannot seed the GitHub double: {error}") from None
         if not env.get("REDIS_URL"):
             redis_server = EmbeddedRedis()
             env["REDIS_URL"] = redis_server.start()
@@ -135,6 +153,8 @@ class Service:
                  f"  database: {self.settings.redacted()['database_url']}",
                  f"  GitHub API: {self.settings.github_api_url}"
                  + (" (local double)" if self.double else ""),
+                 *([f"  seeded: {self.seeded.repository}#{self.seeded.pull_request.number} and a failed "
+                    f"workflow run; replay {self.args.seed / 'payloads'}/*.json"] if self.seeded else []),
                  f"  data dir: {self.settings.data_dir}"]
         if self.log_file:
             lines.append(f"  logs: {self.log_file}")
