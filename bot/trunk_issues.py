@@ -70,20 +70,25 @@ def record_trunk_run(store, gh, run: TrunkRun, config, *, owners: Source | None 
     """Open, update or close the trunk issues this run calls for; what was done, in words."""
     now = now or datetime.now(timezone.utc)
     history = History(store)
-    counted = [v for v in run.verdicts if v.verdict not in NOT_COUNTED and v.failure is not None]
-    clusters = history.clusters_of([(v.primary_line, v.fingerprint) for v in counted]) if counted else []
+    failing = [v for v in run.verdicts if v.failure is not None
+               and (v.verdict not in NOT_COUNTED or v.verdict == "ignored")]
+    clusters = history.clusters_of([(v.primary_line, v.fingerprint) for v in failing]) if failing else []
     by_cluster: dict[str, list] = defaultdict(list)
-    for verdict, cluster_id in zip(counted, clusters):
+    for verdict, cluster_id in zip(failing, clusters):
         if cluster_id:
             by_cluster[cluster_id].append(verdict)
     done = []
     for cluster_id, verdicts in sorted(by_cluster.items()):
         row = store.trunk_issue(run.repo, cluster_id) or {}
+        counted = [v for v in verdicts if v.verdict != "ignored"]  # all ignored: the cluster is muted
         commits = red_commits(history, run.repo, cluster_id, row.get("since"))
         jobs = sorted(set(row.get("jobs") or []) | {v.suite for v in verdicts})
         values = dict(red_count=len(commits), last_sha=run.sha, last_red_at=now, jobs=jobs,
                       since=row.get("since"), state=row.get("state") or "none")
-        if len(commits) >= config.after:
+        if not counted:
+            done.append(f"{cluster_id} red on trunk but muted: not counted")
+        elif len(commits) >= config.after:
+            verdicts = counted
             body = issue_body(cluster_id, verdicts, commits, jobs, config, run, owners=owners, public_url=public_url)
             number, what = gh.upsert_issue(run.repo, marker(cluster_id), title=issue_title(verdicts[0]),
                                            body=body, label=config.label, number=row.get("number"))
