@@ -199,3 +199,52 @@ def test_trunk_red_opens_one_issue_updates_it_and_closes_it_when_green(web, work
         assert len(issues()) == 1 and "on 2 commit(s)" in issues()[0]["body"]
     finally:
         store.close()
+
+
+@pytest.fixture
+def ctx(web):
+    from tasks import service
+    from tasks.celery_app import WorkerOptions
+
+    context = service.WorkerContext.create(web.settings, WorkerOptions.from_env(web.env))
+    yield context
+    context.store.close()
+
+
+def test_a_muted_failure_of_the_bots_own_run_does_not_fail_the_check_run(web, ctx):
+    """The bot's own run (a probe failing at head, passing at the merge base), published as the
+    worker publishes it; `/etriage mute` through the worker's comment handler republishes it
+    with the failure muted (check run: success), and once the mute expires it counts again."""
+    from tasks import service
+    from tests.service.conftest import INSTALLATION
+    from tests.service.test_one_verdict_engine import bot_report
+
+    double, store = web.double, ctx.store
+    gh = ctx.github(INSTALLATION)
+    report = bot_report(web)
+    service.record_report(ctx, REPO, web.head, report)
+    payload = service.report_payload(web.head, report, (), service.ignores(ctx, REPO, PR, report.results))
+    service.publish(ctx, REPO, PR, INSTALLATION, service.with_owners(ctx, gh, REPO, payload, report.results))
+    [run] = double.check_runs_for(REPO, web.head)
+    assert run["conclusion"] == "failure"
+    test_id = report.results[0].test
+
+    double.set_permission(REPO, "maintainer", "write")
+    text = f"/etriage mute test {test_id} for 1d because partitioner rework in #4627"
+    comment_id = double.add_user_comment(REPO, PR, "maintainer", text)
+    [outcome] = service.handle_comment(ctx, REPO, PR, comment_id, INSTALLATION, author="maintainer",
+                                       author_type="User", body=text, previous_body=None, action="created")
+    assert outcome.status == "accepted", outcome
+    [run] = double.check_runs_for(REPO, web.head)
+    assert run["conclusion"] == "success"
+    body = bot_comment(double)
+    assert "## etriage: ✅ No new failures caused by this change · 1 ignored" in body
+    assert "#### Ignored by a maintainer (not counted)" in body  # shown, never hidden
+    assert f"muted repo-wide (test {test_id}) by maintainer until" in body and "partitioner rework in" in body
+
+    table = store.t["mutes"]
+    with store.engine.begin() as conn:
+        conn.execute(table.update().values(until=table.c.created_at))  # it ran out
+    service.republish(ctx, REPO, PR, INSTALLATION)
+    [run] = double.check_runs_for(REPO, web.head)
+    assert run["conclusion"] == "failure" and "muted repo-wide" not in bot_comment(double)
