@@ -12,6 +12,8 @@ elements (a hidden `<!-- /etriage ok-to-test -->` is never a command; GFM's tag 
     /etriage label <name>...                       write access, names from the label allow-list
     /etriage ignore <failure> --reason "..."       write access
     /etriage ok-to-test [<sha>]                    write access: the head when written (or the one named)
+    /etriage mute test|cluster <id> for <duration> because <reason>   write access (bot.mutes)
+    /etriage unmute test|cluster <id>              write access
     /etriage help                                  anyone
 
 Arguments are split like a shell would (quotes group words) but nothing from a comment ever
@@ -27,6 +29,7 @@ import shlex
 from collections import Counter
 from dataclasses import dataclass
 
+from bot import mutes
 from bot.repo_config import NAME
 
 MAX_COMMENT_CHARS = 65536  # GitHub's own limit for a comment body
@@ -40,6 +43,8 @@ USAGE = {
     "label": "label <name>...",
     "ignore": 'ignore <failure> --reason "..."',
     "ok-to-test": "ok-to-test [<sha>]",
+    "mute": "mute test|cluster <id> for <duration> because <reason>",
+    "unmute": "unmute test|cluster <id>",
     "help": "help",
 }
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
@@ -65,6 +70,9 @@ class Command:
     reason: str = ""  # ignore
     all_tests: bool = False  # run selected --all: every relevant test, not only the budget's
     sha: str = ""  # ok-to-test <sha>: the head the maintainer reviewed (7 to 40 hex digits)
+    mute_kind: str = ""  # mute, unmute: "test" | "cluster"
+    mute_key: str = ""  # mute, unmute: the test id or the cluster id
+    mute_seconds: int = 0  # mute: for how long
 
 
 class CommandError(Exception):
@@ -301,8 +309,43 @@ def _no_arguments(verb: str):
     return parse_verb
 
 
+def _mute(line: str, args: list[str]) -> Command:
+    """mute test|cluster <id> for <duration> because <reason...> (the words after `because`)."""
+    lowered = [a.lower() for a in args]
+    if len(args) < 2 or lowered[0] not in mutes.KINDS:
+        raise CommandError(line, f"mute: say what to mute, `test <test id>` or `cluster <cluster id>`; "
+                                 f"usage: `/etriage {USAGE['mute']}`")
+    if len(args) < 3 or lowered[2] != "for" or "because" not in lowered[3:]:
+        raise CommandError(line, f"mute: say for how long and why; usage: `/etriage {USAGE['mute']}`")
+    because = lowered.index("because", 3)
+    key = _mute_key(line, "mute", lowered[0], args[1])
+    written = " ".join(args[3:because])
+    try:
+        duration = mutes.parse_duration(written)
+    except mutes.MuteError as error:
+        raise CommandError(line, f"mute: {shown(written)} {error}") from None
+    try:
+        reason = mutes.check_reason(" ".join(args[because + 1:]))
+    except mutes.MuteError as error:
+        raise CommandError(line, f"mute: {error}") from None
+    return Command("mute", line, mute_kind=lowered[0], mute_key=key,
+                   mute_seconds=int(duration.total_seconds()), reason=reason)
+
+
+def _unmute(line: str, args: list[str]) -> Command:
+    _expect(line, "unmute", args, 2, 2)
+    return Command("unmute", line, mute_kind=args[0].lower(), mute_key=_mute_key(line, "unmute", args[0].lower(), args[1]))
+
+
+def _mute_key(line: str, verb: str, kind: str, key: str) -> str:
+    try:
+        return mutes.check_key(kind, key)
+    except mutes.MuteError as error:
+        raise CommandError(line, f"{verb}: {shown(kind if kind not in mutes.KINDS else key)} {error}") from None
+
+
 _GRAMMAR = {"rerun": _rerun, "run": _run, "explain": _explain, "label": _label, "ignore": _ignore,
-            "ok-to-test": _ok_to_test, "help": _no_arguments("help")}
+            "ok-to-test": _ok_to_test, "mute": _mute, "unmute": _unmute, "help": _no_arguments("help")}
 
 
 def shown(text: str, limit: int = 60) -> str:

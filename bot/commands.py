@@ -28,10 +28,10 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from bot import md
+from bot import md, mutes
 from bot.command_grammar import (USAGE, Command, CommandError, is_bot, login_stem, new_commands,
                                  parse, shown)
 from bot.repo_config import PATH, RepoConfig
@@ -39,7 +39,7 @@ from bot.repo_config import PATH, RepoConfig
 log = logging.getLogger(__name__)
 
 WRITE_ACCESS = frozenset({"write", "maintain", "admin"})
-NEEDS_WRITE = frozenset({"rerun", "run", "label", "ignore", "ok-to-test"})
+NEEDS_WRITE = frozenset({"rerun", "run", "label", "ignore", "ok-to-test", "mute", "unmute"})
 DESCRIPTIONS = {
     "rerun": "re-run the tests that failed (or all of them), optionally on other targets",
     "run": "run one suite, optionally on one target",
@@ -48,6 +48,9 @@ DESCRIPTIONS = {
     "ignore": "mark a failure as known flaky or unrelated on this pull request",
     "ok-to-test": "let etriage run this pull request's code (tests, probes, builds; devices) at the head you "
                   "reviewed: the one there when you wrote the comment, or the one you name",
+    "mute": "set a test or a failure cluster aside repo-wide for a while (shown as muted, not counted as new), "
+            "saying why",
+    "unmute": "lift a mute before it runs out",
     "help": "this list",
 }
 
@@ -253,6 +256,28 @@ class _Session:
             return None
         before = [sha for sha, pushed_at in self.ctx.store.heads(self.repo, self.pr) if pushed_at < self.written_at]
         return before[-1] if before else None
+
+    def do_mute(self, command: Command) -> Outcome:
+        """A repo-wide mute (bot.mutes): a cluster must be one the dashboard knows."""
+        kind, key = command.mute_kind, command.mute_key
+        if kind == "cluster" and mutes.known_cluster(self.ctx.store, key) is None:
+            raise Refused(f"no failure cluster {shown(key)} is known here; the dashboard's cluster pages "
+                          "and the trunk issues name them")
+        until = datetime.now(timezone.utc) + timedelta(seconds=command.mute_seconds)
+        mute = self.ctx.store.mute(self.repo, kind, key, until=until, reason=command.reason,
+                                   by=self.author, source="comment")
+        reply = (f"Muted {kind} {md.code(key, 200)} in {md.code(self.repo)} until {mutes.when(mute['until'])}: "
+                 f"*{md.text(command.reason, 500)}*. Its failures are still shown, marked muted, but count as "
+                 f"no new failure (nor fail the check run, nor open a trunk issue) until then; "
+                 f"`/etriage unmute {kind} {key if len(key) <= 120 and '`' not in key else '<id>'}` lifts it.")
+        return Outcome(command.line, "mute", "accepted", f"muted {kind} {key} until {mute['until'].isoformat()}", reply)
+
+    def do_unmute(self, command: Command) -> Outcome:
+        kind, key = command.mute_kind, command.mute_key
+        if not self.ctx.store.lift_mute(self.repo, kind, key, self.author):
+            raise Refused(f"no mute of {kind} {shown(key)} is in force here")
+        return Outcome(command.line, "unmute", "accepted", f"lifted the mute of {kind} {key}",
+                       f"Lifted the mute of {kind} {md.code(key, 200)}: its failures count again from the next report.")
 
     # ---- shared checks ---------------------------------------------------------------------
     def _triage(self, *, reason: str, suites: list[str] | None = None, targets: list[str] | None = None) -> None:

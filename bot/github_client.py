@@ -395,6 +395,81 @@ class GitHubClient:
         with self._lock(f"summary:{repo}#{pr}"):
             return self._retrying(f"summary comment on {repo}#{pr}", op)
 
+    # -- issues (bot/trunk_issues.py): one per hidden marker, found again by it, never doubled --
+    def _own_issue(self, repo: str, number: int, marker: str) -> dict | None:
+        """Issue `number` when it is the bot's and carries `marker`, else None (deleted, moved,
+        or a number that was never ours)."""
+        try:
+            data = self._json("GET", f"/repos/{repo}/issues/{int(number)}")
+        except GithubException as exc:
+            if exc.status in (404, 410):
+                return None
+            raise
+        return data if _is_own_issue(data, self.bot_login, marker) else None
+
+    def _find_issue(self, repo: str, marker: str, label: str) -> dict | None:
+        url, params = f"{self._gh.requester.base_url}/repos/{repo}/issues", {
+            "state": "all", "labels": label, "per_page": 100}
+        for _ in range(ISSUE_PAGES):
+            headers, data = self._gh.requester.requestJsonAndCheck("GET", url, parameters=params)
+            found = next((issue for issue in data or [] if _is_own_issue(issue, self.bot_login, marker)), None)
+            if found:
+                return found
+            url, params = _next_link(headers), None
+            if not url:
+                return None
+        return None
+
+    def find_issue(self, repo: str, marker: str, *, label: str) -> dict | None:
+        """The bot's issue carrying `marker` among the repository's issues labelled `label`
+        (open or closed, newest first, at most ISSUE_PAGES pages), or None."""
+        return self._retrying(f"issues of {repo}", lambda: self._find_issue(repo, marker, label))
+
+    def upsert_issue(self, repo: str, marker: str, *, title: str, body: str, label: str,
+                     number: int | None = None) -> tuple[int, str]:
+        """Open or update the one issue of `marker`: (its number, "created" | "reopened" |
+        "updated" | "unchanged"). It is looked up by `number` first (the store's), else by the
+        marker, under a lock and again on every retry, so a POST GitHub applied but answered
+        502 is found instead of opened twice."""
+        text = body if marker in body else f"{marker}\n{body}"
+
+        def op():
+            existing = (self._own_issue(repo, number, marker) if number else None) \
+                or self._find_issue(repo, marker, label)
+            if existing is None:
+                created = self._json("POST", f"/repos/{repo}/issues",
+                                     input={"title": title, "body": text, "labels": [label]})
+                return created["number"], "created"
+            change = {k: v for k, v in (("title", title), ("body", text)) if existing.get(k) != v}
+            reopened = existing.get("state") != "open"
+            if reopened:
+                change["state"] = "open"
+            if not change:
+                return existing["number"], "unchanged"
+            self._json("PATCH", f"/repos/{repo}/issues/{existing['number']}", input=change)
+            return existing["number"], "reopened" if reopened else "updated"
+
+        with self._lock(f"issue:{repo}:{marker}"):
+            return self._retrying(f"issue {marker} on {repo}", op)
+
+    def close_issue(self, repo: str, number: int, marker: str, comment: str) -> bool:
+        """Say why in a comment (once: it carries its own hidden marker) and close the bot's issue
+        of `marker`; False when there is no such open issue (closed already, or not ours)."""
+        def op():
+            issue = self._own_issue(repo, number, marker)
+            if issue is None or issue.get("state") != "open":
+                return False
+            said = _marker_of(comment)
+            if not any(c.user.login == self.bot_login and said in (c.body or "")
+                       for c in self._repo(repo).get_issue(int(number)).get_comments()):
+                self._json("POST", f"/repos/{repo}/issues/{int(number)}/comments", input={"body": comment})
+            self._json("PATCH", f"/repos/{repo}/issues/{int(number)}",
+                       input={"state": "closed", "state_reason": "completed"})
+            return True
+
+        with self._lock(f"issue:{repo}:{marker}"):
+            return self._retrying(f"closing issue #{number} on {repo}", op)
+
     # -- check runs --
     def create_check_run(self, repo: str, head_sha: str, *, status: str = "queued",
                          title: str = "", summary: str = "", details_url: str | None = None,
@@ -478,6 +553,26 @@ class GitHubClient:
                                   response.status_code)
             return response.text
         return self._retrying(f"log of job {job_id}", op)
+
+
+ISSUE_PAGES = 10  # pages of 100 issues looked through for a marker (the label keeps them few)
+
+
+def _is_own_issue(issue: dict, bot_login: str, marker: str) -> bool:
+    return (isinstance(issue, dict) and "pull_request" not in issue
+            and (issue.get("user") or {}).get("login") == bot_login and marker in (issue.get("body") or ""))
+
+
+def _next_link(headers: dict) -> str | None:
+    link = {k.lower(): v for k, v in (headers or {}).items()}.get("link", "")
+    found = re.search(r'<([^>]+)>;\s*rel="next"', link)
+    return found.group(1) if found else None
+
+
+def _marker_of(comment: str) -> str:
+    """The hidden marker a comment carries (its first `<!-- ... -->`), or the whole text."""
+    found = re.search(r"<!-- [^>]{1,200} -->", comment)
+    return found.group(0) if found else comment
 
 
 def _message(exc: GithubException) -> str:

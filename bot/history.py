@@ -425,18 +425,27 @@ class History:
         failure is pre-existing (the comment can link it)."""
         return self.trunk_clusters([(primary_line, fingerprint)])[0]
 
+    def clusters_of(self, failures: list[tuple[str, str]], conn=None) -> list[str | None]:
+        """The id of the cluster each (primary line, fingerprint) belongs or would join (same
+        fingerprint, or a primary line near enough); None where no cluster is near."""
+        if conn is None:
+            with self.engine.connect() as conn:
+                return self.clusters_of(failures, conn)
+        clusterer = self._clusterer(conn)
+        ids = []
+        for primary_line, fingerprint in failures:
+            cid = clusterer.by_fingerprint.get(fingerprint) if fingerprint else None
+            if cid is None and primary_line:
+                found = clusterer.find(cluster_text(primary_line))
+                cid = found.id if found else None
+            ids.append(cid)
+        return ids
+
     def trunk_clusters(self, failures: list[tuple[str, str]]) -> list[dict | None]:
         """`trunk_cluster` for each (primary line, fingerprint), the clusters read once."""
         c = self.t["clusters"]
         with self.engine.connect() as conn:
-            clusterer = self._clusterer(conn)
-            ids = []
-            for primary_line, fingerprint in failures:
-                cid = clusterer.by_fingerprint.get(fingerprint) if fingerprint else None
-                if cid is None and primary_line:
-                    found = clusterer.find(cluster_text(primary_line))
-                    cid = found.id if found else None
-                ids.append(cid)
+            ids = self.clusters_of(failures, conn)
             wanted = sorted({cid for cid in ids if cid is not None})
             rows = {row["id"]: dict(row) for row in conn.execute(
                 select(c).where(c.c.id.in_(wanted), c.c.trunk_failures > 0)).mappings()} if wanted else {}

@@ -3,8 +3,8 @@
 The loader takes text; the caller fetches it with ref=None (the default branch), never from the
 pull request's branch, so a PR cannot change how the bot treats it. One optional section per
 feature; a section that is absent is off, a present one (even empty: `commands:`) is on with
-defaults for what it leaves out. With no file at all, triage, commands, labels and ci_logs are
-on with defaults and devices are off (device runs need a pool and a deliberate opt-in).
+defaults for what it leaves out. With no file at all, triage, commands, labels, ci_logs and
+trunk_issues are on with defaults and devices are off (device runs need a pool and a deliberate opt-in).
 
 ```yaml
 triage:                     # triage pull requests
@@ -22,6 +22,10 @@ ci_logs:                    # pull and classify the logs of failed CI jobs
   max_bytes: 52428800
 devices:                    # runs on real devices (after ok-to-test for outside contributors)
   targets: [android-sm8650]                  # default: every device target
+trunk_issues:               # one issue per failure cluster red on trunk (bot/trunk_issues.py)
+  after: 3                  # trunk commits red with the cluster before its issue opens (1-100)
+  label: "etriage: trunk red"                # the issues' label (how the bot finds its own)
+  close_when_green: true    # closed, with a comment, when the cluster's jobs pass on trunk again
 suites:                     # added to the built-in suites
   my_suite: {description: "...", tests: ["path/test_x.py::T"]}
 targets:                    # added to the built-in targets
@@ -50,6 +54,7 @@ LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?$")  # a GitH
 TARGET_KINDS = ("emulator", "device")
 BACKENDS = catalogue.backends()  # what `triage.paths` may name
 BUDGET_RANGE = (10, 1800)  # seconds: a selected-tests budget must fit one suite run's timeout
+TRUNK_RED_RANGE = (1, 100)  # red trunk commits of one failure cluster before its issue opens
 
 Name = ym.pattern(NAME.pattern, "a name (lowercase letters, digits, _ . -)")
 Login = ym.pattern(LOGIN.pattern, "a GitHub login")
@@ -99,6 +104,14 @@ class DevicesConfig(ym.StrictModel):
     targets: tuple[Name, ...] = ()  # empty: every device-kind target
 
 
+class TrunkIssuesConfig(ym.StrictModel):
+    after: Annotated[ym.Int, Field(ge=TRUNK_RED_RANGE[0], le=TRUNK_RED_RANGE[1],
+                                   description="between 1 and 100 red trunk commits")] = 3
+    label: Annotated[ym.Str, Field(min_length=1, max_length=50, description="a label of 1 to 50 characters")] \
+        = "etriage: trunk red"
+    close_when_green: ym.Bool = True
+
+
 class _SuiteEntry(ym.StrictModel):
     description: ym.Str = ""
     tests: tuple[ym.Str, ...] = ()
@@ -109,7 +122,7 @@ class _TargetEntry(ym.StrictModel):
     soc: ym.Str | None = None
 
 
-SECTIONS = ("triage", "commands", "labels", "ci_logs", "devices")
+SECTIONS = ("triage", "commands", "labels", "ci_logs", "devices", "trunk_issues")
 
 
 class _File(ym.StrictModel):
@@ -120,6 +133,7 @@ class _File(ym.StrictModel):
     labels: dict[Category, ym.Str] | None = None  # category -> label
     ci_logs: CiLogsConfig | None = None
     devices: DevicesConfig | None = None
+    trunk_issues: TrunkIssuesConfig | None = None
     suites: dict[Name, _SuiteEntry | None] = {}
     targets: dict[Name, _TargetEntry] = {}
 
@@ -139,12 +153,14 @@ class RepoConfig:
     labels: Mapping[str, str] | None = None  # category -> label; None: labels are off
     ci_logs: CiLogsConfig | None = None
     devices: DevicesConfig | None = None
+    trunk_issues: TrunkIssuesConfig | None = None  # None: no trunk issues
 
     @classmethod
     def defaults(cls) -> "RepoConfig":
         """The configuration of a repository without .github/etriage.yml."""
         return cls(triage=TriageConfig(), commands=CommandsConfig(),
-                   labels=MappingProxyType(DEFAULT_LABELS), ci_logs=CiLogsConfig())
+                   labels=MappingProxyType(DEFAULT_LABELS), ci_logs=CiLogsConfig(),
+                   trunk_issues=TrunkIssuesConfig())
 
     def allowed_labels(self) -> frozenset[str]:
         return frozenset(self.labels.values()) if self.labels is not None else frozenset()
@@ -270,6 +286,7 @@ def _build(file: _File) -> RepoConfig:
         labels=MappingProxyType({**DEFAULT_LABELS, **file.labels}) if file.labels is not None else None,
         ci_logs=file.ci_logs,
         devices=file.devices,
+        trunk_issues=file.trunk_issues,
     )
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import (JSON, Boolean, Column, DateTime, Float, Integer, MetaData, String, Table,
-                        Text, UniqueConstraint, create_engine, event, select, text)
+from sqlalchemy import (JSON, Boolean, Column, DateTime, Float, Index, Integer, MetaData, String,
+                        Table, Text, UniqueConstraint, create_engine, event, select, text)
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
@@ -101,6 +101,24 @@ def _tables(metadata: MetaData, p: str) -> dict[str, Table]:
             "command_audit", Column("id", Integer, primary_key=True), Column("repo", String(200)),
             Column("pr", Integer), Column("actor", String(200)), Column("command", Text),
             Column("outcome", Text), Column("at", DateTime(timezone=True))),
+        # a test or a failure cluster set aside repo-wide until `until` (migration 0005, bot/mutes.py)
+        "mutes": table(
+            "mutes", Column("id", Integer, primary_key=True), Column("repo", String(200), nullable=False),
+            Column("kind", String(10), nullable=False), Column("key", String(500), nullable=False),
+            Column("reason", Text, nullable=False), Column("muted_by", String(200)),
+            Column("source", String(20)), Column("created_at", DateTime(timezone=True)),
+            Column("until", DateTime(timezone=True), nullable=False),
+            Column("lifted_at", DateTime(timezone=True)), Column("lifted_by", String(200)),
+            Index(f"{p}ix_mutes_repo_key", "repo", "kind", "key")),
+        # one GitHub issue per failure cluster red on trunk (migration 0005, bot/trunk_issues.py)
+        "trunk_issues": table(
+            "trunk_issues", Column("repo", String(200), primary_key=True),
+            Column("cluster_id", String(16), primary_key=True), Column("number", Integer),
+            Column("state", String(10)), Column("red_count", Integer),
+            Column("since", DateTime(timezone=True)), Column("last_sha", String(64)),
+            Column("last_red_at", DateTime(timezone=True)), Column("jobs", JSON),
+            Column("opened_at", DateTime(timezone=True)), Column("closed_at", DateTime(timezone=True)),
+            Column("updated_at", DateTime(timezone=True))),
     }
 
 
@@ -537,3 +555,68 @@ class Store:
                                        .select_from(t)).one()
             tests = conn.execute(select(func.count(func.distinct(t.c.test)))).scalar()
         return {"rows": int(rows), "line_chars": int(chars), "tests": int(tests or 0)}
+
+    # ---- mutes and trunk issues (bot/mutes.py, bot/trunk_issues.py; migration 0005) ---------
+    def mute(self, repo: str, kind: str, key: str, *, until: datetime, reason: str, by: str,
+             source: str) -> dict:
+        """Mute `key` (a test id or a cluster id) until `until`. A mute of the same key still in
+        force is changed (new time, reason and author), not doubled; an expired one stays as history."""
+        t = self.t["mutes"]
+        now = _now()
+        values = dict(reason=reason, muted_by=by, source=source, until=until, created_at=now)
+        with self.engine.begin() as conn:
+            current = conn.execute(select(t.c.id).where(
+                t.c.repo == repo, t.c.kind == kind, t.c.key == key, t.c.lifted_at.is_(None),
+                t.c.until > now).order_by(t.c.id.desc()).limit(1)).scalar()
+            if current is None:
+                current = conn.execute(t.insert().values(repo=repo, kind=kind, key=key, **values)
+                                       .returning(t.c.id)).scalar_one()
+            else:
+                conn.execute(t.update().where(t.c.id == current).values(**values))
+            return _aware_row(conn.execute(select(t).where(t.c.id == current)).mappings().one())
+
+    def lift_mute(self, repo: str, kind: str, key: str, by: str) -> int:
+        """End the mutes of `key` still in force now; how many were."""
+        t = self.t["mutes"]
+        now = _now()
+        with self.engine.begin() as conn:
+            return conn.execute(t.update().where(
+                t.c.repo == repo, t.c.kind == kind, t.c.key == key, t.c.lifted_at.is_(None),
+                t.c.until > now).values(lifted_at=now, lifted_by=by)).rowcount
+
+    def mutes(self, repo: str | None = None, *, active_at: datetime | None = None) -> list[dict]:
+        """Mutes, newest first: of one repository or all; with `active_at`, only those in force then."""
+        t = self.t["mutes"]
+        query = select(t).order_by(t.c.id.desc())
+        if repo is not None:
+            query = query.where(t.c.repo == repo)
+        if active_at is not None:
+            query = query.where(t.c.until > active_at, t.c.created_at <= active_at,
+                                (t.c.lifted_at.is_(None)) | (t.c.lifted_at > active_at))
+        with self.engine.connect() as conn:
+            return [_aware_row(row) for row in conn.execute(query).mappings()]
+
+    def trunk_issue(self, repo: str, cluster_id: str) -> dict | None:
+        t = self.t["trunk_issues"]
+        with self.engine.connect() as conn:
+            row = conn.execute(select(t).where(t.c.repo == repo, t.c.cluster_id == cluster_id)).mappings().first()
+        return _aware_row(row) if row else None
+
+    def save_trunk_issue(self, repo: str, cluster_id: str, **values) -> None:
+        with self.engine.begin() as conn:
+            self._upsert(conn, self.t["trunk_issues"],
+                         dict(repo=repo, cluster_id=cluster_id, updated_at=_now(), **values),
+                         ("repo", "cluster_id"))
+
+    def trunk_issues(self, repo: str, state: str | None = None) -> list[dict]:
+        t = self.t["trunk_issues"]
+        query = select(t).where(t.c.repo == repo).order_by(t.c.cluster_id)
+        if state is not None:
+            query = query.where(t.c.state == state)
+        with self.engine.connect() as conn:
+            return [_aware_row(row) for row in conn.execute(query).mappings()]
+
+
+def _aware_row(row) -> dict:
+    """A row with its datetimes in UTC (SQLite gives them back naive)."""
+    return {k: _aware(v) if isinstance(v, datetime) else v for k, v in dict(row).items()}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import redis
 
-from bot import commands, md
+from bot import commands, md, mutes, owners, trunk_issues
 from bot.commands import code_may_run
 from bot.github_client import (Annotation, GitHubClient, GitHubConfig, GitHubError,
                                redis_lock)
@@ -65,6 +65,7 @@ class WorkerContext:
     _configs: object = None  # bot.repo_config.RepoConfigCache, made on first use
     _triage_keys: dict = field(default_factory=dict)  # repo -> keys its file's `triage:` writes
     _repos: Repos | None = None  # the mirrors and worktrees, made on first use
+    _codeowners: object = None  # bot.owners.CodeOwnersCache, made on first use
 
     @classmethod
     def create(cls, settings, options) -> "WorkerContext":
@@ -114,6 +115,12 @@ class WorkerContext:
         if config.triage is None:
             return {}
         return {key: getattr(config.triage, key) for key in ("suites", "targets") if key in written}
+
+    def codeowners(self, gh: GitHubClient, repo: str) -> owners.Source:
+        """The default branch's CODEOWNERS (bot.owners; the bundled table without one), cached for minutes."""
+        if self._codeowners is None:
+            self._codeowners = owners.CodeOwnersCache()
+        return self._codeowners.get(repo, lambda path: gh.read_file(repo, path))
 
     def repo_config_or_defaults(self, gh: GitHubClient, repo: str):
         """The config in force; a broken file means the defaults (devices off), logged."""
@@ -320,8 +327,8 @@ def triage_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
         ctx.checkpoint(repo, pr, head_sha)
         record_report(ctx, repo, head_sha, report)
         notes += trunk_notes(History(ctx.store), report, ctx.options.public_url)
-        payload = report_payload(head_sha, report, notes, ctx.store.ignored_failures(repo, pr),
-                                 links=_links(ctx))
+        payload = with_owners(ctx, gh, repo, report_payload(head_sha, report, notes, ignores(ctx, repo, pr, report.results),
+                                                            links=_links(ctx)), report.results)
     add_config_check(payload, config_change_check(gh, repo, pr, head_sha))
     publish(ctx, repo, pr, installation_id, payload)
     if not problem:  # the dashboard's history, after the comment: it never holds the comment up
@@ -562,14 +569,15 @@ def republish(ctx: WorkerContext, repo: str, pr: int, installation_id: int | Non
     republished (none when that head has no stored report)."""
     gh = ctx.github(installation_id)
     head_sha = gh.pull(repo, pr)["head_sha"]
-    ignored = ctx.store.ignored_failures(repo, pr)
     done = []
     for kind, (record_type, make_payload) in PAYLOADS.items():
         run = _run_of(ctx, repo, pr, head_sha, kind)
         whole = ((run or {}).get("report") or {}).get("full")
         if not whole:
             continue
-        payload = make_payload(record_type.from_dict(whole), run, ignored, _links(ctx))
+        record = record_type.from_dict(whole)
+        payload = with_owners(ctx, gh, repo, make_payload(record, run, ignores(ctx, repo, pr, record.results),
+                                                          _links(ctx)), record.results)
         if kind == "pr":
             add_config_check(payload, config_change_check(gh, repo, pr, head_sha))
         publish(ctx, repo, pr, installation_id, payload)
@@ -624,7 +632,7 @@ def handle_comment(ctx: WorkerContext, repo: str, pr: int, comment_id: int,
     except BaseException:  # GitHub or Redis trouble: the task's retry must find the comment unclaimed
         ctx.store.release_comment(repo, comment_id, stamp)
         raise
-    if any(o.verb == "ignore" and o.status == "accepted" for o in outcomes):
+    if any(o.verb in ("ignore", "mute", "unmute") and o.status == "accepted" for o in outcomes):
         republish(ctx, repo, pr, installation_id)
     return outcomes
 
@@ -664,16 +672,45 @@ def triage_ci(ctx: WorkerContext, repo: str, head_sha: str, installation_id: int
                           jobs=[j["name"] for j in failed],
                           results=compare.decide_ci(found, ctx.store.failure_fingerprints(repo, merge_base)))
         record_verdicts(ctx, repo, head_sha, report.results, source=lambda v: f"ci:{v.suite}")
-        payload = ci_payload(report, ctx.store.ignored_failures(repo, pr))
+        payload = with_owners(ctx, gh, repo, ci_payload(report, ignores(ctx, repo, pr, report.results)), report.results)
         publish(ctx, repo, pr, installation_id, payload)
         record_ci_history(ctx, repo, pr, report, comment=payload.section)
     trunk = sorted({j.get("head_branch") for j in failed} & ctx.store.base_refs(repo))
     if not judged and trunk:  # CI of a branch the PRs target: what is broken on trunk, for the dashboard
+        results = compare.decide_ci(found, set())
+        compare.apply_ignores(results, ignores(ctx, repo, TRUNK, results))  # muted: shown, not counted
         record_ci_history(ctx, repo, TRUNK, CiReport(head=head_sha, merge_base=None, merge_base_exact=False,
-                                                     jobs=[j["name"] for j in failed],
-                                                     results=compare.decide_ci(found, set())))
+                                                     jobs=[j["name"] for j in failed], results=results))
+        record_trunk_issues(ctx, gh, repo, trunk_issues.TrunkRun(
+            repo, head_sha, trunk[0], failed_jobs=[j["name"] for j in failed],
+            passed_jobs=[j["name"] for j in jobs if j.get("conclusion") == "success"], verdicts=results))
     return (f"{len(failed)} failed job(s), {judged} pull request(s)"
             + (f", trunk {trunk[0]}" if trunk and not judged else ""))
+
+
+def ignores(ctx: WorkerContext, repo: str, pr: int, verdicts) -> dict[str, str]:
+    """What is set aside among `verdicts`: the repository's mutes in force (bot.mutes) and the
+    pull request's own `/etriage ignore`s (whose reason wins); {key: reason} for apply_ignores."""
+    in_force = mutes.active(ctx.store, repo)
+    covered = mutes.covered(in_force, verdicts, History(ctx.store).clusters_of) if in_force else {}
+    return covered | ctx.store.ignored_failures(repo, pr)
+
+
+def with_owners(ctx: WorkerContext, gh: GitHubClient, repo: str, payload: PublishPayload, verdicts) -> PublishPayload:
+    """The section with who is cc'd on its new failures and why (bot.owners: the default
+    branch's CODEOWNERS, else the bundled table)."""
+    payload.section = owners.with_cc(payload.section, owners.cc_text(ctx.codeowners(gh, repo), verdicts))
+    return payload
+
+
+def record_trunk_issues(ctx: WorkerContext, gh: GitHubClient, repo: str, run: trunk_issues.TrunkRun) -> None:
+    """Trunk issues (bot/trunk_issues.py) for a recorded trunk run, when the repository has them on."""
+    config = ctx.repo_config_or_defaults(gh, repo).trunk_issues
+    if config is None:
+        return
+    for done in trunk_issues.record_trunk_run(ctx.store, gh, run, config, owners=ctx.codeowners(gh, repo),
+                                              public_url=ctx.options.public_url or ""):
+        log.info("%s: %s", repo, done)
 
 
 def record_ci_history(ctx: WorkerContext, repo: str, pr: int, report: CiReport, *, comment: str = "") -> None:

@@ -272,8 +272,9 @@ def owners_table(path: Path = OWNERS_FILE) -> tuple[tuple[str, tuple[str, ...]],
     return tuple(sorted(parsed.owners.items(), key=lambda item: -len(item[0])))
 
 
-def owners_for_path(path: str) -> list[str]:
-    """Owners of the deepest owners.yaml entry that `path` falls under (ExecuTorch layout)."""
+def owners_entry(path: str) -> tuple[str, tuple[str, ...]] | None:
+    """The deepest owners.yaml entry (prefix, owners) that `path` falls under (ExecuTorch
+    layout: an installed package's or a checkout's path is read from its `executorch/` on)."""
     probe = "/" + path.replace("\\", "/").lstrip("/")
     site = probe.rfind("/site-packages/")
     if site >= 0:
@@ -283,8 +284,14 @@ def owners_for_path(path: str) -> list[str]:
         probe = probe[marker + len("/executorch"):]
     for prefix, owners in owners_table():
         if probe.startswith(prefix) or probe == prefix.rstrip("/"):
-            return list(owners)
-    return []
+            return prefix, owners
+    return None
+
+
+def owners_for_path(path: str) -> list[str]:
+    """Owners of the deepest owners.yaml entry that `path` falls under (ExecuTorch layout)."""
+    entry = owners_entry(path)
+    return list(entry[1]) if entry else []
 
 
 def owners_of(entries, frames) -> list[str]:

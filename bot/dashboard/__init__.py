@@ -14,7 +14,7 @@ import hmac
 from flask import Flask
 from flask.sessions import SecureCookieSessionInterface
 
-from bot.dashboard import api, auth, metrics, pages
+from bot.dashboard import api, auth, metrics, mutes, pages
 from bot.dashboard.context import DashboardConfig, DashboardState
 
 __all__ = ["DashboardConfig", "DashboardState", "init_app"]
@@ -47,4 +47,5 @@ def init_app(app: Flask, settings, redis_client, config: DashboardConfig | None 
     app.register_blueprint(api.blueprint)
     app.register_blueprint(auth.blueprint)
     app.register_blueprint(metrics.blueprint)
+    app.register_blueprint(mutes.blueprint)
     return dashboard_state

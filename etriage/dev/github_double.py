@@ -102,6 +102,7 @@ class GitHubDouble:
         self.workflow_runs: dict[tuple[str, int], dict] = {}
         self.jobs: dict[tuple[str, int], dict] = {}
         self.logs: dict[int, str] = {}
+        self.issues: dict[tuple[str, int], dict] = {}  # (repo, number) -> issue (bot/trunk_issues.py)
         self.tokens_issued = 0
         self.token_lifetime = 3600.0  # seconds; GitHub's installation tokens live an hour
         self.token_expiry: dict[str, float] = {}  # issued token -> epoch seconds
@@ -257,6 +258,12 @@ class GitHubDouble:
         with self.lock:
             return [copy.deepcopy(r) for _, r in sorted(self.check_runs.items())
                     if r["repo"] == repo and head_sha in (None, r["head_sha"])]
+
+    def issues_in(self, repo: str) -> list[dict]:
+        """The repository's issues (not pull requests), oldest first, with their comments."""
+        with self.lock:
+            return [dict(copy.deepcopy(i), comments=self.comments_on(repo, n))
+                    for (r, n), i in sorted(self.issues.items()) if r == repo]
 
     def labels_on(self, repo: str, number: int) -> list[str]:
         with self.lock:
@@ -781,6 +788,107 @@ def get_contents(d, repo, path, query, body):
                  "path": path, "sha": "3d21ec53a331a6f037a91c368710b99387d012c1",
                  "size": len(text.encode()), "url": f"{d.url}/repos/{repo}/contents/{path}",
                  "content": base64.b64encode(text.encode()).decode()}, {}
+
+
+# ---- issues (not pull requests): the trunk issues of bot/trunk_issues.py ----------------------
+_EXAMPLES = Path(__file__).resolve().parent / "github_examples"  # see its README
+
+
+def _example(d: GitHubDouble, name: str):
+    key = f"github_examples/{name}"
+    if key not in d._fixtures:
+        d._fixtures[key] = json.loads((_EXAMPLES / name).read_text())
+    return d._rebase(copy.deepcopy(d._fixtures[key]))
+
+
+def _issue_json(d: GitHubDouble, repo: str, number: int) -> dict:
+    issue = d.issues[(repo, number)]
+    data = _example(d, "issues-create.json")
+    base_url = f"{d.url}/repos/{repo}"
+    data.pop("pull_request", None)  # GitHub sets it on pull requests only
+    data.update(number=number, id=issue["id"], title=issue["title"], body=issue["body"], state=issue["state"],
+                user=d._user(issue["user"]), labels=_labels_json(d, issue["labels"]),
+                url=f"{base_url}/issues/{number}", repository_url=base_url,
+                comments_url=f"{base_url}/issues/{number}/comments",
+                html_url=f"https://github.com/{repo}/issues/{number}",
+                comments=sum(1 for c in d.comments.values() if c["repo"] == repo and c["issue"] == number),
+                created_at=issue["created_at"], updated_at=issue["updated_at"], closed_at=issue["closed_at"],
+                state_reason=issue["state_reason"])
+    return data
+
+
+def _issue_or_404(d, repo, number):
+    if (repo, int(number)) not in d.issues:
+        return None, (404, {"message": "Not Found"}, {})
+    return d.issues[(repo, int(number))], None
+
+
+def _invalid(field_name: str, message: str):
+    return 422, {"message": "Validation Failed",
+                 "errors": [{"resource": "Issue", "field": field_name, "code": "invalid", "message": message}]}, {}
+
+
+@route("POST", _REPO + r"/issues")
+def create_issue(d, repo, query, body):
+    title = body.get("title") if isinstance(body, dict) else None
+    if not isinstance(title, str) or not title.strip():
+        return _invalid("title", "title is missing")
+    if len(title) > 256:
+        return _invalid("title", "title is too long (maximum is 256 characters)")
+    if len(body.get("body") or "") > 65536:
+        return _invalid("body", "body is too long (maximum is 65536 characters)")
+    number = max([n for (r, n) in list(d.pulls) + list(d.issues) if r == repo] or [0]) + 1
+    d.issues[(repo, number)] = {"id": d.new_id(), "title": title, "body": body.get("body") or "",
+                                "state": "open", "state_reason": None, "user": d.bot_login,
+                                "labels": [str(name) for name in body.get("labels") or []],
+                                "created_at": _now_iso(), "updated_at": _now_iso(), "closed_at": None,
+                                "edits": 0}
+    return 201, _issue_json(d, repo, number), {}
+
+
+@route("GET", _REPO + r"/issues/(?P<number>\d+)")
+def get_issue(d, repo, number, query, body):
+    issue, error = _issue_or_404(d, repo, number)
+    return error or (200, _issue_json(d, repo, int(number)), {})
+
+
+@route("PATCH", _REPO + r"/issues/(?P<number>\d+)")
+def update_issue(d, repo, number, query, body):
+    issue, error = _issue_or_404(d, repo, number)
+    if error:
+        return error
+    if issue["user"] != d.bot_login:
+        return 403, {"message": "Resource not accessible by integration"}, {}
+    if "state" in body and body["state"] not in ("open", "closed"):
+        return _invalid("state", "state must be open or closed")
+    for key in ("title", "body"):
+        if key in body:
+            issue[key] = body[key] or ""
+    if "state" in body and body["state"] != issue["state"]:
+        issue["state"] = body["state"]
+        issue["closed_at"] = _now_iso() if body["state"] == "closed" else None
+        issue["state_reason"] = (body.get("state_reason") or "completed") if body["state"] == "closed" else "reopened"
+    issue["updated_at"] = _now_iso()
+    issue["edits"] += 1
+    return 200, _issue_json(d, repo, int(number)), {}
+
+
+@route("GET", _REPO + r"/issues")
+def list_issues(d, repo, query, body):
+    """GitHub's filters that the bot uses: state (open, closed, all; default open), labels (all
+    of the comma-separated names), creator; paginated with a Link header."""
+    state = query.get("state", "open")
+    labels = [name for name in (query.get("labels") or "").split(",") if name]
+    numbers = [n for (r, n), issue in sorted(d.issues.items(), key=lambda kv: -kv[0][1]) if r == repo
+               and state in ("all", issue["state"]) and all(name in issue["labels"] for name in labels)
+               and query.get("creator") in (None, issue["user"])]
+    per_page, page = min(int(query.get("per_page", 30)), 100), int(query.get("page", 1))
+    chunk = numbers[(page - 1) * per_page: page * per_page]
+    headers = {}
+    if page * per_page < len(numbers):
+        headers["Link"] = (f'<{d.url}/repos/{repo}/issues?state={state}&labels={quote(",".join(labels))}'
+                           f'&per_page={per_page}&page={page + 1}>; rel="next"')
+    return 200, [_issue_json(d, repo, n) for n in chunk], headers
 
 
 # ---- OAuth web flow (a GitHub App's user login) -------------------------------------------------

@@ -105,7 +105,7 @@ def test_migrations_from_an_empty_database_give_exactly_the_stores_tables(store)
 
     with store.engine.connect() as conn:
         version = conn.execute(text(f'SELECT version_num FROM "{store.prefix}alembic_version"')).scalar()
-        assert version == "0004"
+        assert version == "0005"
         context = MigrationContext.configure(conn)
         diffs = [d for d in compare_metadata(context, store.metadata) if not _elsewhere(d, store.prefix)]
     assert diffs == []
