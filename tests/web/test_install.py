@@ -93,7 +93,7 @@ def test_the_cross_check_fails_when_a_permission_is_missing():
     """The check above is not vacuous: without issues:write the comment-writing methods are unmet."""
     without = {k: v for k, v in MANIFEST["default_permissions"].items() if k != "issues"}
     unmet = {who for who, need in all_needs(NEEDS) if not granted(need, without)}
-    assert {"methods.upsert_summary", "methods.add_labels", "announced.create_issue", "events.issue_comment"} <= unmet
+    assert {"methods.upsert_summary", "methods.add_labels", "methods.upsert_issue", "events.issue_comment"} <= unmet
     assert not granted("actions:write", {"actions": "read"})
 
 
@@ -123,6 +123,8 @@ def test_every_method_sends_exactly_the_calls_it_lists():
             getattr(gh, name)(**arguments)
             if name == "upsert_summary":  # the second call edits the comment the first created
                 getattr(gh, name)(**dict(arguments, body="## etriage, edited"))
+            if name == "upsert_issue":  # likewise the issue; close_issue then closes it
+                values["{issue}"], _how = gh.upsert_issue(**dict(arguments, body="red on 4 commits"))
             sent = [f"{r.method} {r.path}" for r in double.requests[before:]
                     if not r.path.startswith("/_logs/")]  # the pre-signed log URL: another host, no token
             patterns = [route_pattern(call) for call in entry["calls"]]
