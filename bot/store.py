@@ -17,7 +17,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import (JSON, Boolean, Column, DateTime, Float, Index, Integer, MetaData, String,
+from sqlalchemy import (JSON, BigInteger, Boolean, Column, DateTime, Float, Index, Integer, MetaData, String,
                         Table, Text, UniqueConstraint, create_engine, event, select, text)
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
@@ -54,7 +54,7 @@ def _tables(metadata: MetaData, p: str) -> dict[str, Table]:
             "runs", Column("id", Integer, primary_key=True), Column("repo", String(200)),
             Column("pr", Integer), Column("head_sha", String(64)), Column("kind", String(20)),
             Column("status", String(20)), Column("conclusion", String(20)),
-            Column("check_run_id", Integer), Column("comment_id", Integer),
+            Column("check_run_id", BigInteger), Column("comment_id", BigInteger),  # GitHub ids: 64-bit (0006)
             Column("summary", Text), Column("report", JSON),
             Column("created_at", DateTime(timezone=True)),
             Column("updated_at", DateTime(timezone=True)),

@@ -105,7 +105,7 @@ def test_migrations_from_an_empty_database_give_exactly_the_stores_tables(store)
 
     with store.engine.connect() as conn:
         version = conn.execute(text(f'SELECT version_num FROM "{store.prefix}alembic_version"')).scalar()
-        assert version == "0005"
+        assert version == "0006"
         context = MigrationContext.configure(conn)
         diffs = [d for d in compare_metadata(context, store.metadata) if not _elsewhere(d, store.prefix)]
     assert diffs == []
@@ -177,3 +177,12 @@ def test_heads_keep_the_time_of_their_last_push_and_a_comment_is_claimed_once(st
     assert store.claim_comment("o/r", comment_id, "edited:y") is True
     store.release_comment("o/r", comment_id, "created:x")
     assert store.claim_comment("o/r", comment_id, "created:x") is True
+
+
+def test_githubs_64_bit_ids_are_stored_whole(store):
+    """Check-run and comment ids are past 2^31 on github.com (a 32-bit column overflows on
+    PostgreSQL): they round-trip exactly."""
+    run_id = store.start_run("o/r", 1, "h" * 40, "pr")
+    store.update_run(run_id, check_run_id=38_518_772_331, comment_id=2_498_120_456)
+    run = store.run(run_id)
+    assert (run["check_run_id"], run["comment_id"]) == (38_518_772_331, 2_498_120_456)
