@@ -105,3 +105,43 @@ def find_entry(store, repo: str, pr: int, ref: str) -> tuple[int, Entry] | None:
     if pull is None:
         return None
     return find(entries_at(store.runs_for(repo, pr), pull["head_sha"]), ref)
+
+
+# ---- addresses of the evidence (bot.repro serves them) ---------------------------------------
+_SAFE = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+_HEX = re.compile(r"[0-9a-f]{6,64}")
+
+
+@dataclass(frozen=True)
+class Links:
+    """The web app's addresses for one pull request's evidence, under the configured public
+    URL (Settings.public_url); every address is "" when there is none or a part of it is not
+    a plain name (a repository, a sha, a fingerprint, a probe: never text that could end a link)."""
+
+    public_url: str
+    repo: str
+    pr: int
+
+    def _base(self, head: str) -> str:
+        owner, _, name = self.repo.partition("/")
+        if not (self.public_url and _SAFE.fullmatch(owner) and _SAFE.fullmatch(name) and _HEX.fullmatch(head)):
+            return ""
+        return f"{self.public_url}/evidence/{owner}/{name}/{int(self.pr)}/{head}"
+
+    def pr_page(self) -> str:
+        owner, _, name = self.repo.partition("/")
+        if not (self.public_url and _SAFE.fullmatch(owner) and _SAFE.fullmatch(name)):
+            return ""
+        return f"{self.public_url}/dashboard/pr/{owner}/{name}/{int(self.pr)}"
+
+    def artefact(self, head: str, fingerprint: str) -> str:
+        base = self._base(head)
+        return f"{base}/{fingerprint}" if base and _HEX.fullmatch(fingerprint) else ""
+
+    def script(self, head: str, suite: str, probe: str) -> str:
+        base = self._base(head)
+        ok = base and all(re.fullmatch(r"[a-z][a-z0-9_]{0,79}", part) for part in (suite, probe))
+        return f"{base}/probe/{suite}/{probe}.py" if ok else ""
+
+
+NO_LINKS = Links("", "", 0)
