@@ -13,7 +13,8 @@ cmarkgfm = pytest.importorskip("cmarkgfm")
 from cmarkgfm.cmark import Options  # noqa: E402
 
 from bot import md  # noqa: E402
-from bot.commands import _explanation  # noqa: E402
+from bot.commands import explanation  # noqa: E402
+from bot.evidence import Entry  # noqa: E402
 from tasks.records import (BuildResult, CiReport, Plan, Report, SuiteResult, Suspect,  # noqa: E402
                            Verdict)
 from tasks.records import TestResult as Result  # noqa: E402  (not a test class)
@@ -221,10 +222,17 @@ def test_hostile_records_link_only_to_the_bots_own_evidence():
 
 def test_the_check_run_summary_and_an_explain_reply_are_escaped_too():
     payload = report_payload("a" * 40, hostile_report(), notes=[HOSTILE["fake heading"], HOSTILE["tracking pixel"]])
-    for markdown in (payload.check_summary, _explanation({
-            "title": HOSTILE["fake heading"], "category": HOSTILE["details"], "test": HOSTILE["closing fence"],
-            "line": HOSTILE["closing fence"], "explanation": HOSTILE["team mention"],
-            "suggestion": HOSTILE["hidden command"], "reproduce": HOSTILE["closing fence"]})):
+    evil = HOSTILE
+    entry = Entry(kind="pr", verdict="new", title=evil["fake heading"], category=evil["details"],
+                  tests=[evil["closing fence"]], fingerprints=["f00dbeef"], primary_line=evil["closing fence"],
+                  decided_by=evil["team mention"], decision=[evil["hidden command"], evil["tracking pixel"]],
+                  looks_like=[{"category": evil["details"], "source": evil["link"], "similarity": 0.5}],
+                  suspects=[{"path": evil["closing fence"], "line": 3, "symbol": evil["team mention"],
+                             "reason": evil["markdown image"]}],
+                  explanation=evil["team mention"], suggestion=evil["hidden command"], reproduce=evil["closing fence"],
+                  link="javascript:alert(1)")
+    for markdown in (payload.check_summary, explanation(1, entry, {"id": evil["details"], "trunk_failures": 2})):
         page = Html(render(markdown))
         assert page.headings == [] and page.comments == [] and page.mentions() == []
         assert set(page.tags) <= ALLOWED_TAGS, set(page.tags) - ALLOWED_TAGS
+        assert "javascript:" not in render(markdown).replace("javascript:alert(1)</code>", "")
