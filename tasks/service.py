@@ -449,11 +449,12 @@ def _checkout_problem(repo: str, checkout, shas: list[str]) -> str | None:
     for sha in shas:
         found = subprocess.run(["git", "-C", str(checkout), "cat-file", "-e", f"{sha}^{{commit}}"],
                                capture_output=True, env={"PATH": "/usr/bin:/bin"})
-        if found.returncode != 0:
-            return (f"Commit `{sha[:12]}` is not in the worker's clone of {repo} ({checkout}), which "
-                    "ETRIAGE_REPO_PATHS names: a configured clone is never fetched. Update it, then "
-                    "`/etriage rerun` (or leave the repository out of ETRIAGE_REPO_PATHS: the worker "
-                    "then fetches it itself).")
+        if found.returncode != 0:  # the operator's to fix: the detail goes to the log, never to the PR
+            log.warning("%s: commit %s is not in the worker's clone %s, which ETRIAGE_REPO_PATHS names: a "
+                        "configured clone is never fetched; update it (or leave the repository out of "
+                        "ETRIAGE_REPO_PATHS: the worker then fetches it itself)", repo, sha[:12], checkout)
+            return (f"The bot could not read commit `{sha[:12]}` of this pull request from its copy of the "
+                    "repository; the operator has been told. Nothing of this change was run.")
     return None
 
 
