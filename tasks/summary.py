@@ -128,8 +128,9 @@ def ci_section(report: CiReport) -> tuple[str, list[Entry]]:
                                 artefact=verdict.log_excerpt[:20000]))
         icon = VERDICT_ICONS.get(verdict.verdict, "•")
         what = md.code(verdict.test) if verdict.test else md.text(failure.title or failure.category, 120)
-        where = (f" · [log line {int(failure.line_no)}]({entries[-1].link})" if entries[-1].link
-                 else f" · log line {int(failure.line_no)}")
+        anchor = re.search(r"#step:(\d+):(\d+)$", entries[-1].link)
+        said = f"job log, step {anchor[1]} line {anchor[2]}" if anchor else f"log line {int(failure.line_no)}"
+        where = f" · [{said}]({entries[-1].link})" if entries[-1].link else f" · {said}"
         lines.append(f"- **{NUMBER}.** {icon} **{md.text(verdict.verdict.replace('_', '-'), 40)}** · "
                      f"{verdict.category_words} · job {md.code(verdict.suite, 120)} · {what}{where}")
         lines.append(f"  {md.code(failure.line.strip(), 240)}")
