@@ -3,8 +3,14 @@
 The grammar lives in bot.command_grammar (`parse`, `new_commands`); this module adds the rest:
 `handle_comment` checks each command against the author's collaborator permission and the
 repository's allow-lists, acts through the context's GitHub client, store and dispatcher,
-records every command in the audit log, reacts 👀 when something was accepted and answers all
-the rest (refusals, malformed commands, help, explanations) in ONE reply per comment.
+records every command in the audit log, reacts 👀 when something was accepted and answers every
+command in words (what was queued, done or refused, and why; help, explanations) in ONE reply
+per comment. A problem only the operator can fix (the App's permissions, the worker's clone) is
+logged; the pull request reads that the operator has been told, never the detail.
+
+Failures are named as the comment numbers them (bot.evidence: its number, a test id, a
+fingerprint prefix). `rerun` re-runs the head's failed GitHub Actions jobs
+(rerun-failed-jobs) and etriage's own suites; with `--target` only etriage's, there.
 
 Permissions: anyone may ask for `help` and `explain`; everything else needs write access
 (write, maintain or admin). Running a change's code (Prow's model, `code_may_run`): nothing of a
