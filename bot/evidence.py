@@ -145,3 +145,9 @@ class Links:
 
 
 NO_LINKS = Links("", "", 0)
+
+
+def unnumbered(section: str) -> str:
+    """A section shown on its own (the dashboard's copy of a run's comment): its entries
+    without numbers, which only the whole comment gives."""
+    return section.replace(f"**{NUMBER}.** ", "").replace(NUMBER, "")

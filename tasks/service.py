@@ -21,7 +21,7 @@ import redis
 
 from bot import commands, md
 from bot.commands import code_may_run
-from bot.evidence import NO_LINKS, Links
+from bot.evidence import NO_LINKS, Links, unnumbered
 from bot.github_client import (Annotation, GitHubClient, GitHubConfig, GitHubError,
                                job_line_url, redis_lock)
 from bot.history import TRUNK, History, RunInfo
@@ -327,7 +327,7 @@ def triage_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
     publish(ctx, repo, pr, installation_id, payload)
     if not problem:  # the dashboard's history, after the comment: it never holds the comment up
         History(ctx.store).record_run(report, RunInfo(repo, pr, trigger=reason, author=pull["author"],
-                                                      comment=payload.section))
+                                                      comment=unnumbered(payload.section)))
     return payload.check_conclusion or "published"
 
 
@@ -674,7 +674,7 @@ def triage_ci(ctx: WorkerContext, repo: str, head_sha: str, installation_id: int
         record_verdicts(ctx, repo, head_sha, report.results, source=lambda v: f"ci:{v.suite}")
         payload = ci_payload(report, ctx.store.ignored_failures(repo, pr))
         publish(ctx, repo, pr, installation_id, payload)
-        record_ci_history(ctx, repo, pr, report, comment=payload.section)
+        record_ci_history(ctx, repo, pr, report, comment=unnumbered(payload.section))
     trunk = sorted({j.get("head_branch") for j in failed} & ctx.store.base_refs(repo))
     if not judged and trunk:  # CI of a branch the PRs target: what is broken on trunk, for the dashboard
         record_ci_history(ctx, repo, TRUNK, CiReport(head=head_sha, merge_base=None, merge_base_exact=False,

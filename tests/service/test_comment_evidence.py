@@ -95,6 +95,13 @@ def test_every_failure_is_numbered_and_linked_to_its_evidence(web, ctx, publishe
     assert "python -m tasks.probes" not in body  # etriage's own module is no contributor's command
     assert get(script.replace("per_method_partitioners", "kv_cache_fp"))[0] == 404
     assert get(artefact.replace(web.head, "f" * 40))[0] == 404
+    # the dashboard keeps the CI section without numbers (only the whole comment numbers them)
+    from sqlalchemy import select
+
+    history = service.History(ctx.store)
+    with ctx.store.engine.connect() as conn:
+        [kept] = conn.execute(select(history.t["triage_runs"].c.comment)).scalars().all()
+    assert NUMBER not in kept and "- ❌ **new** · " in kept and "[job log, step 3 line 31]" in kept
 
 
 def test_explain_and_ignore_take_the_comments_numbers(web, ctx, published):
