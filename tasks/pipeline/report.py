@@ -351,7 +351,7 @@ def comment_section(report: Report, *, section_title: str, links: Links = NO_LIN
                   + (f" and {len(fixed) - 5} more" if len(fixed) > 5 else ""), ""]
     lines += matrix(report, h)
     not_run = [s for s in report.suites if s.status == "not_run"]
-    lines += [f"- Not run: {md.text(s.suite, 80)} on {md.text(s.target, 80)}: {md.prose(s.reason, 300)}"
+    lines += [f"- {md.text(s.suite, 80)} on {md.text(s.target, 80)}: not run: {md.prose(s.reason, 300)}"
               for s in not_run] + ([""] if not_run else [])
     if plan.left_out:
         lines += [f"{len(plan.left_out)} relevant test file(s) not run (budget {plan.budget_seconds:.0f}s): "
@@ -365,12 +365,12 @@ def _what_ran(report: Report, h: str) -> list[str]:
     ran = [s for s in report.suites if s.status != "not_run"]
     if not (ran or report.plan.notes):
         return []
-    summary = "; ".join(f"{md.text(s.suite, 60)} on {md.text(s.target, 60)}: {md.text(s.status, 20)}, "
-                        f"{len(s.tests)} test(s), {s.seconds:.0f}s" for s in ran[:3]) or "notes"
-    lines = [f"<details><summary>What ran: {summary}</summary>", ""]
+    tests = sum(len(s.tests) for s in ran)
+    lines = [f"<details><summary>What ran: {len(ran)} suite run(s), {tests} test(s)</summary>", ""]
     lines += [f"> {md.prose(note)}" for note in report.plan.notes] + ([""] if report.plan.notes else [])
-    lines += [f"- {md.text(s.suite, 80)} on {md.text(s.target, 80)}: crashed ({md.prose(s.reason, 300)})"
-              for s in ran if s.status == "crashed"]
+    lines += [f"- {md.text(s.suite, 80)} on {md.text(s.target, 80)}: {md.text(s.status, 40)}"
+              + (f" ({md.prose(s.reason, 300)})" if s.status == "crashed" else "")
+              + f", {len(s.tests)} test(s), {s.seconds:.0f}s" for s in ran]
     environments = [(side, env) for side, env in (("head", report.build.environment),
                                                    ("merge base", report.base_environment)) if env]
     lines += [f"- {side} {md.code(env.commit[:12])}: {_environment(env)}" for side, env in environments]
