@@ -374,7 +374,7 @@ def _what_ran(report: Report, h: str) -> list[str]:
     environments = [(side, env) for side, env in (("head", report.build.environment),
                                                    ("merge base", report.base_environment)) if env]
     lines += [f"- {side} {md.code(env.commit[:12])}: {_environment(env)}" for side, env in environments]
-    lines += [_base_line(b) for b in report.base_runs]
+    lines += ["- at the merge base: " + _base_line(b).removeprefix("- ") for b in report.base_runs]
     lines += [f"- selected {md.code(t.path)}: {md.prose(t.reason, 200)}" for t in report.plan.selected[:5]]
     lines.append(f"- triage took {report.seconds:.0f}s" + (" (merge-base results from cache)" if report.base_cached else ""))
     return lines + ["", "</details>"]
