@@ -14,7 +14,7 @@ import redis
 from flask import Flask
 from werkzeug.exceptions import HTTPException
 
-from bot import dashboard, health, webhooks
+from bot import dashboard, health, repro, webhooks
 from bot.services import Services, answer
 from bot.settings import Settings, SettingsError
 
@@ -47,6 +47,7 @@ def create_app(
     # on first use; its settings come from the environment only when the app's do.
     dashboard.init_app(app, settings, redis_client, dashboard_config or (
         dashboard.DashboardConfig.from_env(os.environ) if config is None else None))
+    app.register_blueprint(repro.blueprint)  # the evidence and probe scripts the PR comment links to
     app.register_error_handler(HTTPException, _http_error_as_json)
     return app
 

@@ -3,8 +3,14 @@
 The grammar lives in bot.command_grammar (`parse`, `new_commands`); this module adds the rest:
 `handle_comment` checks each command against the author's collaborator permission and the
 repository's allow-lists, acts through the context's GitHub client, store and dispatcher,
-records every command in the audit log, reacts 👀 when something was accepted and answers all
-the rest (refusals, malformed commands, help, explanations) in ONE reply per comment.
+records every command in the audit log, reacts 👀 when something was accepted and answers every
+command in words (what was queued, done or refused, and why; help, explanations) in ONE reply
+per comment. A problem only the operator can fix (the App's permissions, the worker's clone) is
+logged; the pull request reads that the operator has been told, never the detail.
+
+Failures are named as the comment numbers them (bot.evidence: its number, a test id, a
+fingerprint prefix). `rerun` re-runs the head's failed GitHub Actions jobs
+(rerun-failed-jobs) and etriage's own suites; with `--target` only etriage's, there.
 
 Permissions: anyone may ask for `help` and `explain`; everything else needs write access
 (write, maintain or admin). Running a change's code (Prow's model, `code_may_run`): nothing of a
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -34,6 +41,9 @@ from typing import Any
 from bot import md, mutes
 from bot.command_grammar import (USAGE, Command, CommandError, is_bot, login_stem, new_commands,
                                  parse, shown)
+from bot.evidence import Entry, find_entry
+from bot.github_client import GitHubError, GitHubUnavailable
+from bot.history import History
 from bot.repo_config import PATH, RepoConfig
 
 log = logging.getLogger(__name__)
@@ -41,11 +51,12 @@ log = logging.getLogger(__name__)
 WRITE_ACCESS = frozenset({"write", "maintain", "admin"})
 NEEDS_WRITE = frozenset({"rerun", "run", "label", "ignore", "ok-to-test", "mute", "unmute"})
 DESCRIPTIONS = {
-    "rerun": "re-run the tests that failed (or all of them), optionally on other targets",
+    "rerun": "re-run the PR's failed GitHub Actions jobs and etriage's suites (`all`: every test of them), "
+             "or only etriage's on the targets named",
     "run": "run one suite, optionally on one target",
-    "explain": "explain a failure: its number in the summary, its test id or a fingerprint prefix",
+    "explain": "the evidence of a failure: its number in the comment, its test id or a fingerprint prefix",
     "label": "add labels from this repository's allow-list",
-    "ignore": "mark a failure as known flaky or unrelated on this pull request",
+    "ignore": "mark a failure (number, test id or fingerprint prefix) as known flaky or unrelated on this PR",
     "ok-to-test": "let etriage run this pull request's code (tests, probes, builds; devices) at the head you "
                   "reviewed: the one there when you wrote the comment, or the one you name",
     "mute": "set a test or a failure cluster aside repo-wide for a while (shown as muted, not counted as new), "
@@ -183,15 +194,26 @@ class _Session:
         return Outcome(command.line, "help", "answered", "help", help_text(self.config))
 
     def do_explain(self, command: Command) -> Outcome:
-        failure = self._failure(command.failure)
-        return Outcome(command.line, "explain", "answered", f"explained {command.failure}",
-                       _explanation(failure))
+        n, entry = self._failure(command.failure)
+        return Outcome(command.line, "explain", "answered", f"explained {n}", self._explanation(n, entry))
 
     def do_rerun(self, command: Command) -> Outcome:
         targets = self._targets(command.targets)
-        self._triage(reason=f"rerun:{command.scope}", targets=targets)
+        said, problems = [], []
+        if not targets:  # `--target` asks for etriage's suites there, not for the CI again
+            said, problems = self._rerun_ci()
         on = f" on {', '.join(targets)}" if targets else ""
-        return Outcome(command.line, "rerun", "accepted", f"rerun {command.scope}{on}")
+        try:
+            self._triage(reason=f"rerun:{command.scope}", targets=targets)
+            which = "every test of its suites" if command.scope == "all" else "its suites (what failed first)"
+            said.append(f"etriage runs {which}{on} again at `{self.pull['head_sha'][:12]}`; the check run "
+                        "`etriage` shows the progress and this PR's etriage comment is updated when it finishes")
+        except Refused as refusal:
+            if not said:
+                raise Refused("; ".join(problems + [str(refusal)])) from None
+            problems.append(str(refusal))
+        reply = "Queued: " + "; ".join(said) + "." + (" Not done: " + "; ".join(problems) + "." if problems else "")
+        return Outcome(command.line, "rerun", "accepted", f"rerun {command.scope}{on}: {'; '.join(said)}", reply)
 
     def do_run(self, command: Command) -> Outcome:
         if command.suite not in self.config.suites:
@@ -200,7 +222,9 @@ class _Session:
         self._triage(reason="run:all" if command.all_tests else "run", suites=[command.suite], targets=targets)
         on = f" on {targets[0]}" if targets else ""
         every = " (every relevant test that can run here, no budget)" if command.all_tests else ""
-        return Outcome(command.line, "run", "accepted", f"run {command.suite}{on}{every}")
+        reply = (f"Queued: the suite `{command.suite}`{on}{every} at `{self.pull['head_sha'][:12]}`; this PR's "
+                 "etriage comment is updated when it finishes.")
+        return Outcome(command.line, "run", "accepted", f"run {command.suite}{on}{every}", reply)
 
     def do_label(self, command: Command) -> Outcome:
         if self.config.labels is None:
@@ -212,13 +236,22 @@ class _Session:
                           f"{_names(sorted(allowed.values()))}")
         labels = [allowed[label.lower()] for label in command.labels]
         self.ctx.github.add_labels(self.repo, self.pr, labels)
-        return Outcome(command.line, "label", "accepted", f"labelled {', '.join(labels)}")
+        return Outcome(command.line, "label", "accepted", f"labelled {', '.join(labels)}",
+                       f"Labelled: {_names(labels)}.")
 
     def do_ignore(self, command: Command) -> Outcome:
-        failure = self._failure(command.failure)
-        key = failure.get("fingerprint") or command.failure
-        self.ctx.store.ignore_failure(self.repo, self.pr, key, command.reason, self.author)
-        return Outcome(command.line, "ignore", "accepted", f"ignored {key}: {command.reason}")
+        n, entry = self._failure(command.failure)
+        keys = entry.fingerprints or entry.tests[:1]
+        for key in keys:
+            self.ctx.store.ignore_failure(self.repo, self.pr, key, command.reason, self.author)
+        what = f"{n} ({shown(entry.tests[0], 120) if entry.tests else shown(entry.title)})"
+        if entry.verdict in ("new", "ignored"):
+            reply = (f"Ignored {what} on this pull request: *{md.text(command.reason, 500)}*. It is no longer "
+                     "counted as caused by this change; the comment is updated.")
+        else:
+            reply = (f"Noted {what} as ignored (*{md.text(command.reason, 500)}*), but it is "
+                     f"{entry.verdict.replace('_', '-')}, not counted against this change anyway.")
+        return Outcome(command.line, "ignore", "accepted", f"ignored {n} {','.join(keys)}: {command.reason}", reply)
 
     def do_ok_to_test(self, command: Command) -> Outcome:
         head_sha = self.pull["head_sha"]  # read after the permission lookup: the head now
@@ -305,12 +338,52 @@ class _Session:
                               f"current head {head_sha[:7]}")
         return list(dict.fromkeys(names))
 
-    def _failure(self, ref: str) -> dict:
-        failure = self.ctx.store.find_failure(self.repo, self.pr, ref)
-        if failure is None:
-            raise Refused(f"no failure {shown(ref)} on this pull request; use its number in the "
-                          "summary, its test id or a fingerprint prefix")
-        return failure
+    def _failure(self, ref: str) -> tuple[int, Entry]:
+        found = find_entry(self.ctx.store, self.repo, self.pr, ref)
+        if found is None:
+            raise Refused(f"no failure {shown(ref)} in this pull request's etriage comment; use its number "
+                          "there (1, 2, ...), its test id or a fingerprint prefix of at least 6 characters")
+        return found
+
+    def _rerun_ci(self) -> tuple[list[str], list[str]]:
+        """Re-run the failed jobs of the head's failed GitHub Actions runs: (what was queued,
+        what was not, in words for the PR). What only the operator can fix is logged, and the
+        PR is told only that the operator has been told."""
+        head = self.pull["head_sha"]
+        try:
+            runs = self.ctx.github.failed_workflow_runs(self.repo, head)
+        except GitHubUnavailable:
+            return [], ["GitHub did not answer for the CI runs; try again later"]
+        except GitHubError as error:
+            log.warning("%s#%s: listing workflow runs of %s failed: %s", self.repo, self.pr, head[:12], error)
+            return [], ["the bot could not list this head's GitHub Actions runs; the operator has been told"]
+        if not runs:
+            return [], [f"no failed GitHub Actions run at `{head[:12]}`"]
+        queued, problems = [], []
+        for run in runs[:10]:
+            name = f"{md.code(run.get('name') or 'workflow', 80)} run {int(run['id'])}"
+            try:
+                self.ctx.github.rerun_failed_jobs(self.repo, run["id"])
+                queued.append(name)
+            except GitHubUnavailable:
+                problems.append(f"GitHub did not answer for {name}; try again later")
+            except GitHubError as error:
+                if "already running" in str(error).lower() or "no failed jobs" in str(error).lower():
+                    problems.append(f"{name} is running again already")
+                else:  # permissions, an App not allowed to write Actions: the operator's to fix
+                    log.warning("%s#%s: re-running %s failed: %s", self.repo, self.pr, run["id"], error)
+                    problems.append(f"the bot could not re-run {name}; the operator has been told")
+        said = ([f"GitHub re-runs the failed jobs of {', '.join(queued)}"] if queued else [])
+        return said, problems
+
+    def _explanation(self, n: int, entry: Entry) -> str:
+        """`explain N`: what the comment does not say, through bot.md."""
+        trunk = None
+        try:
+            [trunk] = History(self.ctx.store).trunk_clusters([(entry.primary_line, (entry.fingerprints or [""])[0])])
+        except Exception:  # evidence only: a broken history never keeps the answer from the PR
+            log.exception("trunk cluster of %s#%s entry %d not looked up", self.repo, self.pr, n)
+        return explanation(n, entry, trunk)
 
 
 # ---- replies ----------------------------------------------------------------------------------
@@ -327,22 +400,55 @@ def help_text(config: RepoConfig) -> str:
     return "\n".join(lines)
 
 
-def _explanation(failure: dict) -> str:
-    """A stored failure (its text came from a run or a log) as markdown, through bot.md."""
-    title = failure.get("title") or failure.get("category") or "failure"
-    head = f"**{md.text(title, 120)}** (category {md.code(failure.get('category') or 'other', 60)})"
-    if failure.get("test"):
-        head += f" in {md.code(failure['test'])}"
-    parts = [head]
-    if failure.get("line"):
-        parts.append(md.block(failure["line"], limit=2000, keep="head"))
-    if failure.get("explanation"):
-        parts.append(md.prose(failure["explanation"]))
-    if failure.get("suggestion"):
-        parts.append(f"**What to do:** {md.prose(failure['suggestion'])}")
-    if failure.get("reproduce"):
-        parts.append("**Reproduce:**\n" + md.block(failure["reproduce"], info="sh", limit=2000, keep="head"))
+def explanation(n: int, entry: Entry, trunk: dict | None = None) -> str:
+    """Failure `n` of the comment as `explain` answers it: the engine's evidence for the
+    category, what it looks like, its cluster on trunk, every suspect with its line, the
+    reproduce command and the evidence's address. Every value came from a run or a log."""
+    sure = f", confidence {entry.confidence:.2f}" if entry.decided_by else ""
+    unsure = f" (unsure: {' or '.join(md.code(c, 60) for c in entry.unsure)})" if entry.unsure else ""
+    parts = [f"**{n}. {md.text(entry.title, 120)}**: {md.text(entry.verdict.replace('_', '-'), 40)}, category "
+             f"{md.code(entry.category, 60)}{unsure}"
+             + (f", decided by {md.code(entry.decided_by, 80)}{sure}" if entry.decided_by else "")]
+    if entry.primary_line:
+        parts.append(md.block(entry.primary_line, limit=2000, keep="head"))
+    if entry.decision:
+        parts.append("**What decided the category:**\n" + "\n".join(f"- {md.text(d, 300)}" for d in entry.decision))
+    if entry.looks_like:
+        parts.append("**Looks like:** " + ", ".join(
+            f"{md.code(n_.get('category') or 'other', 60)} {md.code(n_.get('source') or '', 160)} "
+            f"({float(n_.get('similarity') or 0):.2f})" for n_ in entry.looks_like))
+    if trunk:
+        last = trunk.get("last_seen")
+        parts.append(f"**On trunk:** its cluster {md.code(trunk.get('id', ''), 40)} failed {int(trunk.get('trunk_failures') or 0)} "
+                     f"time(s) on trunk{f', last on {last:%Y-%m-%d}' if hasattr(last, 'strftime') else ''}: it may "
+                     "not be this change's.")
+    else:
+        parts.append("**On trunk:** no failure like it is recorded on trunk.")
+    if entry.suspects:
+        parts.append("**Suspects in the diff:**\n" + "\n".join(_suspect(s) for s in entry.suspects))
+    if entry.explanation:
+        parts.append(md.prose(entry.explanation))
+    if entry.suggestion:
+        parts.append(f"**What to do:** {md.prose(entry.suggestion)}")
+    if entry.tests:
+        parts.append("**Where it showed:** " + ", ".join(md.code(t, 160) for t in entry.tests[:10]))
+    if entry.reproduce:
+        parts.append("**Reproduce** in your checkout of ExecuTorch" + (
+            f" ([{md.code(entry.script_name, 120)}]({entry.script_url}), the probe as one script)"
+            if _LINK.fullmatch(entry.script_url) else "")
+            + ":\n" + md.block(entry.reproduce, info="sh", limit=2000, keep="head"))
+    if _LINK.fullmatch(entry.link):
+        parts.append(f"**Evidence:** [{'the job log at the line' if entry.kind == 'ci' else 'the output'}]({entry.link})")
     return "\n\n".join(parts)
+
+
+_LINK = re.compile(r"https?://[A-Za-z0-9./_#?=%&+:-]{1,400}")  # an address of ours or GitHub's, plain characters
+
+
+def _suspect(suspect: dict) -> str:
+    where = str(suspect.get("path") or "") + (f":{int(suspect['line'])}" if suspect.get("line") else "")
+    return (f"- {md.code(where, 200)} {md.code(suspect.get('symbol') or '(file)', 120)}: "
+            f"{md.prose(suspect.get('reason') or '', 300)}")
 
 
 def _reply(author: str, outcomes: list[Outcome]) -> str:

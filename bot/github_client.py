@@ -35,6 +35,7 @@ SUMMARY_MARKER = "<!-- etriage:summary -->"
 CHECK_RUN_NAME = "etriage"
 ANNOTATIONS_PER_REQUEST = 50  # GitHub rejects more in one create/update
 PERMISSIONS = ("admin", "maintain", "write", "triage", "read", "none")
+FAILED_CONCLUSIONS = frozenset({"failure", "timed_out", "cancelled", "startup_failure"})
 
 
 class GitHubError(Exception):
@@ -540,6 +541,21 @@ class GitHubClient:
         return self._retrying(f"job {job_id}", lambda: self._json(
             "GET", f"/repos/{repo}/actions/jobs/{job_id}"))
 
+    def failed_workflow_runs(self, repo: str, head_sha: str) -> list[dict]:
+        """The workflow runs of `head_sha` that completed and failed (one page of 100: the newest)."""
+        data = self._retrying(f"workflow runs of {head_sha[:12]}", lambda: self._json(
+            "GET", f"/repos/{repo}/actions/runs", parameters={"head_sha": head_sha, "per_page": 100}))
+        return [run for run in data.get("workflow_runs", [])
+                if run.get("head_sha") == head_sha and run.get("status") == "completed"
+                and run.get("conclusion") in FAILED_CONCLUSIONS]
+
+    def rerun_failed_jobs(self, repo: str, run_id: int) -> None:
+        """POST /repos/{repo}/actions/runs/{run_id}/rerun-failed-jobs: GitHub re-runs the run's
+        failed jobs and the jobs that depend on them (201, an empty object). A run GitHub will
+        not re-run (still running, too old, no permission) is a GitHubError with its status."""
+        self._retrying(f"re-run of workflow run {run_id}", lambda: self._json(
+            "POST", f"/repos/{repo}/actions/runs/{int(run_id)}/rerun-failed-jobs", input={}))
+
     def job_log(self, repo: str, job_id: int) -> str:
         """The job's plain-text log: the API answers 302 to a pre-signed URL, fetched without
         our token (it goes to another host in production)."""
@@ -573,6 +589,65 @@ def _marker_of(comment: str) -> str:
     """The hidden marker a comment carries (its first `<!-- ... -->`), or the whole text."""
     found = re.search(r"<!-- [^>]{1,200} -->", comment)
     return found.group(0) if found else comment
+
+
+# ---- where a line of a job's log is on GitHub ----------------------------------------------
+_STAMP = re.compile(r"^\ufeff?(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?Z ")  # how Actions starts each log line
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+
+
+def job_url(repo: str, job: dict, web: str = "https://github.com") -> str:
+    """The job's page, https://github.com/OWNER/REPO/actions/runs/RUN/job/JOB (the form GitHub
+    links today; the API's html_url may be the older /runs/JOB form). Its host is the job's
+    html_url's when that is https (GitHub Enterprise), else `web`; "" without ids."""
+    run_id, job_id = job.get("run_id"), job.get("id")
+    owner, _, name = repo.partition("/")
+    if not (isinstance(run_id, int) and isinstance(job_id, int) and _NAME.fullmatch(owner) and _NAME.fullmatch(name)):
+        return ""
+    match = re.match(r"(https://[A-Za-z0-9.-]{1,100}(?::\d{1,5})?)/", str(job.get("html_url") or ""))
+    host = match.group(1) if match else web.rstrip("/")
+    return f"{host}/{owner}/{name}/actions/runs/{run_id}/job/{job_id}"
+
+
+def job_line_url(repo: str, job: dict, log: str, line_no: int, web: str = "https://github.com") -> str:
+    """The job's page at line `line_no` (1-based, of the whole downloaded log) of `log`:
+    `#step:S:L`, the step whose time span holds that line's timestamp and the line's number
+    within that step's log, as GitHub's log viewer anchors it. Without timestamps or steps
+    to place the line: the job's page."""
+    url = job_url(repo, job, web)
+    where = _step_line(job.get("steps") or [], log, line_no) if url else None
+    return f"{url}#step:{where[0]}:{where[1]}" if where else url
+
+
+def _second(value: str | None) -> datetime | None:
+    try:
+        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc).replace(microsecond=0)
+
+
+def _step_line(steps: list[dict], log: str, line_no: int) -> tuple[int, int] | None:
+    lines = log.splitlines()
+    if not 1 <= line_no <= len(lines):
+        return None
+    stamps = [_second(m.group(1) + "Z") if (m := _STAMP.match(line)) else None for line in lines]
+    at = stamps[line_no - 1]
+    if at is None:
+        return None
+    spans = [(s["number"], _second(s.get("started_at")), _second(s.get("completed_at")), s.get("conclusion"))
+             for s in steps if isinstance(s, dict) and isinstance(s.get("number"), int)]
+    spans = sorted((span for span in spans if span[1] is not None), key=lambda span: (span[1], span[0]))
+    holding = [span for span in spans if span[1] <= at and (span[2] is None or at <= span[2])]
+    # Steps of the same second all hold the line: the failed one wrote it, else the latest.
+    chosen = ([span for span in holding if span[3] == "failure"] or holding
+              or [span for span in spans if span[1] <= at])
+    if not chosen:
+        return None
+    number, moment = chosen[-1][0], chosen[-1][1]
+    first = next(i for i, stamp in enumerate(stamps) if stamp is not None and stamp >= moment)
+    return number, line_no - first
 
 
 def _message(exc: GithubException) -> str:

@@ -7,6 +7,7 @@ stderr and exit status 2 for the entry points (gunicorn's `bot.wsgi`, `etriage s
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Mapping
@@ -37,6 +38,7 @@ VARIABLES = {
     "ETRIAGE_MAX_BODY_BYTES": "max_body_bytes",
     "ETRIAGE_DELIVERY_TTL_SECONDS": "delivery_ttl_seconds",
     "ETRIAGE_REPO_PATHS": "repo_checkouts",
+    "ETRIAGE_PUBLIC_URL": "public_url",
 }
 _VARIABLE = {setting: variable for variable, setting in VARIABLES.items()}
 _SECRET = frozenset({"webhook_secrets", "github_token"})  # never echoed in an error
@@ -59,6 +61,19 @@ def _secrets(value: object) -> tuple[str, ...]:
 def _url(value: str | None, info: ValidationInfo) -> str | None:
     if value is not None and "://" not in value:
         raise ValueError(f"{_VARIABLE[info.field_name]} must be a URL with a scheme, got {_without_password(value)!r}")
+    return value
+
+
+def _public_url(value: str) -> str:
+    """http(s)://host[:port][/path], no query, fragment or password: the prefix of every link."""
+    value = value.strip().rstrip("/")
+    if not value:
+        return ""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment \
+            or parts.username is not None or not re.fullmatch(r"[A-Za-z0-9._~/%-]*", parts.path):
+        raise ValueError(f"ETRIAGE_PUBLIC_URL must be an http(s) address like https://etriage.example.org, "
+                         f"got {_without_password(value)!r}")
     return value
 
 
@@ -112,6 +127,9 @@ class Settings(BaseModel):
     max_body_bytes: PositiveInt = DEFAULT_MAX_BODY_BYTES
     delivery_ttl_seconds: PositiveInt = DEFAULT_DELIVERY_TTL_SECONDS
     repo_checkouts: Annotated[Mapping[str, Path], BeforeValidator(_repo_paths)] = Field(default_factory=dict)
+    # The web app's own address as people reach it (the dashboard, the evidence and probe scripts
+    # the PR comment links to); "" links nothing.
+    public_url: Annotated[StrictStr, AfterValidator(_public_url)] = ""
 
     @model_validator(mode="after")
     def _github_credentials(self, info: ValidationInfo) -> "Settings":

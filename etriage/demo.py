@@ -14,6 +14,7 @@ import argparse
 import json
 import re
 import shutil
+import socket
 import tempfile
 import time
 import urllib.error
@@ -128,11 +129,13 @@ def _demo(args, root: Path, log_file: Path, started: float) -> int:
     base = sample.base
     say(f"  {sample.path}: base {base[:12]} (executorch as installed), "
         f"PR head {head[:12]} (+ {REGRESSION})")
+    port = free_port()  # known before the service starts: the comment links to its evidence pages
     environ = {"PATH": "/usr/bin:/bin", "HOME": str(root), "ETRIAGE_SUITES": SUITES,
+               "ETRIAGE_PUBLIC_URL": f"http://127.0.0.1:{port}",
                "ETRIAGE_GITHUB_WRITE_INTERVAL": "0",
                # the engine's learned model: trained once per machine, not per demo
                "ETRIAGE_MODEL_CACHE": str(model_cache_dir())}
-    serve_args = argparse.Namespace(port=0, host="127.0.0.1", data_dir=root / "data",
+    serve_args = argparse.Namespace(port=port, host="127.0.0.1", data_dir=root / "data",
                                     concurrency=2, github_double=True, log_file=log_file)
     say("starting web + Celery worker + embedded Redis + GitHub double ...")
     say(f"  worker and web logs: {log_file}")
@@ -159,6 +162,34 @@ def _demo(args, root: Path, log_file: Path, started: float) -> int:
     say(f"the dashboard's page of {REPO}#{PR}: {dashboard} ({shown}; served while the demo ran, "
         "`etriage serve` keeps one up)")
     return 0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def actions_log(text: str) -> tuple[str, list[dict]]:
+    """A real job log's tests step (`text`, timestamped as Actions writes every line) after the
+    job's set-up and checkout steps, and the job's steps as the API lists them: what the
+    comment's link to the failing line (#step:S:L) is computed from."""
+    from datetime import datetime, timedelta
+
+    stamps = re.findall(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)", text, flags=re.MULTILINE)
+    first = datetime.fromisoformat(stamps[0]) if stamps else datetime(2026, 1, 20, 17, 42, 40)
+    last = datetime.fromisoformat(stamps[-1]) if stamps else first
+    at = lambda seconds: (first + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S")
+    before = [(-4, "Current runner version: '2.321.0'"), (-4, "Runner name: 'linux.2xlarge'"),
+              (-2, "##[group]Run actions/checkout@v4"), (-2, "Syncing repository: pytorch/executorch"),
+              (-2, "##[endgroup]")]
+    lines = [f"{at(s)}.0000000Z {line}" for s, line in before] + text.splitlines()
+    steps = [{"name": name, "status": "completed", "number": n, "conclusion": conclusion,
+              "started_at": start + "Z", "completed_at": end + "Z"}
+             for n, (name, conclusion, start, end) in enumerate([
+                 ("Set up job", "success", at(-4), at(-3)), ("Run actions/checkout@v4", "success", at(-2), at(-1)),
+                 ("Run pytest", "failure", at(0), last.strftime("%Y-%m-%dT%H:%M:%S"))], 1)]
+    return "\n".join(lines) + "\n", steps
 
 
 def dashboard_page(base_url: str) -> tuple[str, str]:
@@ -209,8 +240,9 @@ def ci_demo(service, base: str, head: str, timeout: float) -> None:
     """Failed CI of the base, then the same failure on the PR head: pre-existing, not blamed."""
 
     double, secret, url = service.double, service.settings.webhook_secrets[0], service.url + "/webhook"
+    log, steps = actions_log(log_text(DEMO_LOG))
     jobs = lambda job_id: [{"id": job_id, "name": "unittest / linux", "conclusion": "failure",
-                            "log": log_text(DEMO_LOG)}]
+                            "log": log, "steps": steps}]
     double.add_workflow_run(REPO, 30433641, base, jobs(399444495))
     double.add_workflow_run(REPO, 30433642, head, jobs(399444496))
     store = Store.from_settings(service.settings)

@@ -43,7 +43,6 @@ class WorkerOptions:
     targets: tuple[str, ...] = ("host", "host-native")  # host-native: planned only with a native change
     pending_report_interval: float = 300.0  # beat: retry reports GitHub did not take
     run_expiry_hours: float = 6.0  # beat: runs in progress longer than this are expired
-    public_url: str = ""  # the web app's address: the comment links the dashboard's clusters
     tool_env: tuple[tuple[str, str], ...] = ()  # TOOL_VARIABLES that are set, for the pipeline
     suite_timeout: float = 1800.0  # wall-clock limit of one sandboxed suite run
     sandbox_bwrap: str = "bwrap"  # the bubblewrap binary; without one nothing of a change runs
@@ -94,7 +93,6 @@ class WorkerOptions:
             pending_report_interval=number("ETRIAGE_PENDING_REPORT_INTERVAL",
                                            cls.pending_report_interval, float),
             run_expiry_hours=number("ETRIAGE_RUN_EXPIRY_HOURS", cls.run_expiry_hours, float),
-            public_url=environ.get("ETRIAGE_PUBLIC_URL", "").strip().rstrip("/"),
             tool_env=tuple((k, environ[k]) for k in TOOL_VARIABLES if environ.get(k, "").strip()),
             suite_timeout=number("ETRIAGE_SUITE_TIMEOUT", cls.suite_timeout, float),
             sandbox_bwrap=environ.get("ETRIAGE_SANDBOX_BWRAP", "").strip() or cls.sandbox_bwrap,

@@ -21,8 +21,9 @@ import redis
 
 from bot import commands, md, mutes, owners, trunk_issues
 from bot.commands import code_may_run
+from bot.evidence import NO_LINKS, Links, unnumbered
 from bot.github_client import (Annotation, GitHubClient, GitHubConfig, GitHubError,
-                               redis_lock)
+                               job_line_url, redis_lock)
 from bot.history import TRUNK, History, RunInfo
 from bot.publisher import Publisher
 from bot.queues import head_key
@@ -32,7 +33,7 @@ from tasks.celery_app import get_app
 from tasks.environments import compiled
 from tasks.pipeline import compare, gitio, treepaths
 from tasks.pipeline.plan import submodules_needed
-from tasks.pipeline.report import headline, to_markdown
+from tasks.pipeline.report import comment_section, headline
 from tasks.pipeline.overlay import installed_package_dir
 from tasks.pipeline.run import NO_SANDBOX, TriageOptions, triage
 from tasks.pipeline.sandbox import Sandbox
@@ -41,8 +42,8 @@ from tasks.policy import (add_config_check, choose_suites, choose_targets, confi
                           written_triage_keys)
 from tasks.records import CiReport, Report
 from tasks.repos import FetchError, PullRefs, Repos
-from tasks.summary import (SECTION_TITLES, PublishPayload, ci_counts, compose_comment,
-                           labels_to_change, render_ci_section)
+from tasks.summary import (SECTION_TITLES, PublishPayload, ci_counts, ci_section, compose_comment,
+                           labels_to_change)
 from triage_rules import classify_text
 from triage_rules.records import dump
 
@@ -181,8 +182,8 @@ def _publish(ctx: WorkerContext, repo: str, pr: int, installation_id: int | None
     gh = ctx.github(installation_id)
     run_id = ctx.store.start_run(repo, pr, payload.head_sha, payload.kind)
     ctx.store.update_run(run_id, summary=payload.section,
-                         report={"blame_categories": payload.blame_categories,
-                                 "counts": payload.counts, "full": payload.report, "notes": payload.notes})
+                         report={"blame_categories": payload.blame_categories, "counts": payload.counts,
+                                 "full": payload.report, "notes": payload.notes, "index": payload.index})
 
     def body() -> str:  # composed under the PR lock: the other kind's latest section is in
         runs = [r for r in ctx.store.runs_for(repo, pr) if r["head_sha"] == payload.head_sha]
@@ -326,14 +327,15 @@ def triage_pull_request(ctx: WorkerContext, repo: str, pr: int, head_sha: str,
     if not problem:
         ctx.checkpoint(repo, pr, head_sha)
         record_report(ctx, repo, head_sha, report)
-        notes += trunk_notes(History(ctx.store), report, ctx.options.public_url)
-        payload = with_owners(ctx, gh, repo, report_payload(head_sha, report, notes, ignores(ctx, repo, pr, report.results),
-                                                            links=_links(ctx)), report.results)
+        notes += trunk_notes(History(ctx.store), report, ctx.settings.public_url)
+        payload = with_owners(ctx, gh, repo, report_payload(
+            head_sha, report, notes, ignores(ctx, repo, pr, report.results), links=_links(ctx),
+            evidence=Links(ctx.settings.public_url, repo, pr)), report.results)
     add_config_check(payload, config_change_check(gh, repo, pr, head_sha))
     publish(ctx, repo, pr, installation_id, payload)
     if not problem:  # the dashboard's history, after the comment: it never holds the comment up
         History(ctx.store).record_run(report, RunInfo(repo, pr, trigger=reason, author=pull["author"],
-                                                      comment=payload.section))
+                                                      comment=unnumbered(payload.section)))
     return payload.check_conclusion or "published"
 
 
@@ -455,11 +457,12 @@ def _checkout_problem(repo: str, checkout, shas: list[str]) -> str | None:
     for sha in shas:
         found = subprocess.run(["git", "-C", str(checkout), "cat-file", "-e", f"{sha}^{{commit}}"],
                                capture_output=True, env={"PATH": "/usr/bin:/bin"})
-        if found.returncode != 0:
-            return (f"Commit `{sha[:12]}` is not in the worker's clone of {repo} ({checkout}), which "
-                    "ETRIAGE_REPO_PATHS names: a configured clone is never fetched. Update it, then "
-                    "`/etriage rerun` (or leave the repository out of ETRIAGE_REPO_PATHS: the worker "
-                    "then fetches it itself).")
+        if found.returncode != 0:  # the operator's to fix: the detail goes to the log, never to the PR
+            log.warning("%s: commit %s is not in the worker's clone %s, which ETRIAGE_REPO_PATHS names: a "
+                        "configured clone is never fetched; update it (or leave the repository out of "
+                        "ETRIAGE_REPO_PATHS: the worker then fetches it itself)", repo, sha[:12], checkout)
+            return (f"The bot could not read commit `{sha[:12]}` of this pull request from its copy of the "
+                    "repository; the operator has been told. Nothing of this change was run.")
     return None
 
 
@@ -509,11 +512,11 @@ def record_verdicts(ctx: WorkerContext, repo: str, head_sha: str, verdicts, *, s
 
 def _links(ctx: WorkerContext) -> tuple[str, ...]:
     """The addresses a note may link to: the bot's own dashboard (trunk clusters), nothing else."""
-    return (ctx.options.public_url,) if ctx.options.public_url else ()
+    return (ctx.settings.public_url,) if ctx.settings.public_url else ()
 
 
 def report_payload(head_sha: str, report: Report, notes=(), ignored: dict[str, str] | None = None,
-                   *, links: tuple[str, ...] = ()) -> PublishPayload:
+                   *, links: tuple[str, ...] = (), evidence: Links = NO_LINKS) -> PublishPayload:
     """The `pr` section, check run and labels of a finished run. The stored report is the one
     before the ignores: rendering it again after another `/etriage ignore` starts from it.
     Notes are sentences of ours with run text in them: rendered by md.prose, linking only `links`."""
@@ -533,7 +536,7 @@ def report_payload(head_sha: str, report: Report, notes=(), ignored: dict[str, s
              f"{sum(len(s.tests) for s in report.suites)} test(s) run")
     if unsandboxed:  # the worker refused to run the change bare: say so, blame nobody
         conclusion, title = "neutral", f"Not run: {unsandboxed[0].reason}"[:255]
-    section = to_markdown(report, section_title=SECTION_TITLES["pr"])
+    section, entries = comment_section(report, section_title=SECTION_TITLES["pr"], links=evidence)
     if notes:
         first, _, rest = section.partition("\n")
         section = "\n".join([first, *(f"> {md.prose(n, links=links)}\n" for n in notes), rest])
@@ -543,23 +546,25 @@ def report_payload(head_sha: str, report: Report, notes=(), ignored: dict[str, s
                           counts={k: n for k in COUNTED if (n := report.summary.get(k, 0))}
                           | ({"refused": 1} if report.plan.refused else {}),
                           check_conclusion=conclusion, check_title=title,
-                          check_summary=summary, annotations=annotations, report=whole, notes=list(notes))
+                          check_summary=summary, annotations=annotations, report=whole, notes=list(notes),
+                          index=[e.to_dict() for e in entries])
 
 
 def ci_payload(report: CiReport, ignored: dict[str, str] | None = None) -> PublishPayload:
     """The `ci` section and labels of a PR's failed CI jobs, through the same ignores."""
     whole = dump(report)
     compare.apply_ignores(report.results, ignored or {})
-    return PublishPayload(kind="ci", head_sha=report.head, section=render_ci_section(report),
+    section, entries = ci_section(report)
+    return PublishPayload(kind="ci", head_sha=report.head, section=section, index=[e.to_dict() for e in entries],
                           counts=ci_counts(report), report=whole,
                           blame_categories=sorted({v.category for v in report.results
                                                    if v.verdict == "new" and v.labelled}))
 
 
 PAYLOADS = {  # kind -> (its stored record, how it is published): `republish` renders either again
-    "pr": (Report, lambda record, run, ignored, links: report_payload(
-        record.head, record, run["report"].get("notes", ()), ignored, links=links)),
-    "ci": (CiReport, lambda record, run, ignored, links: ci_payload(record, ignored)),
+    "pr": (Report, lambda record, run, ignored, links, evidence: report_payload(
+        record.head, record, run["report"].get("notes", ()), ignored, links=links, evidence=evidence)),
+    "ci": (CiReport, lambda record, run, ignored, links, evidence: ci_payload(record, ignored)),
 }
 
 
@@ -577,7 +582,8 @@ def republish(ctx: WorkerContext, repo: str, pr: int, installation_id: int | Non
             continue
         record = record_type.from_dict(whole)
         payload = with_owners(ctx, gh, repo, make_payload(record, run, ignores(ctx, repo, pr, record.results),
-                                                          _links(ctx)), record.results)
+                                                          _links(ctx), Links(ctx.settings.public_url, repo, pr)),
+                              record.results)
         if kind == "pr":
             add_config_check(payload, config_change_check(gh, repo, pr, head_sha))
         publish(ctx, repo, pr, installation_id, payload)
@@ -655,9 +661,12 @@ def triage_ci(ctx: WorkerContext, repo: str, head_sha: str, installation_id: int
     failed = [j for j in jobs if j.get("conclusion") in FAILED]
     found: list[tuple[dict, object]] = []
     for job in failed:
-        failures = classify_text(gh.job_log(repo, job["id"]), job_name=job["name"], failed=True)  # the job failed: never "no failure"
+        log_text = gh.job_log(repo, job["id"])
+        failures = classify_text(log_text, job_name=job["name"], failed=True)  # the job failed: never "no failure"
         ctx.store.record_failures(repo, head_sha, f"ci:{job['name']}", failures)
-        found += [(job, failure) for failure in failures]
+        # each failure's link: the job's log on GitHub at the failure's line (#step:S:L)
+        found += [(dict(job, html_url=job_line_url(repo, job, log_text, failure.line_no) or job.get("html_url")),
+                   failure) for failure in failures]
     prs = ctx.store.pulls_with_head(repo, head_sha) or gh.pulls_for_commit(repo, head_sha)
     judged = 0
     for pr in prs:
@@ -674,7 +683,7 @@ def triage_ci(ctx: WorkerContext, repo: str, head_sha: str, installation_id: int
         record_verdicts(ctx, repo, head_sha, report.results, source=lambda v: f"ci:{v.suite}")
         payload = with_owners(ctx, gh, repo, ci_payload(report, ignores(ctx, repo, pr, report.results)), report.results)
         publish(ctx, repo, pr, installation_id, payload)
-        record_ci_history(ctx, repo, pr, report, comment=payload.section)
+        record_ci_history(ctx, repo, pr, report, comment=unnumbered(payload.section))
     trunk = sorted({j.get("head_branch") for j in failed} & ctx.store.base_refs(repo))
     if not judged and trunk:  # CI of a branch the PRs target: what is broken on trunk, for the dashboard
         results = compare.decide_ci(found, set())
@@ -709,7 +718,7 @@ def record_trunk_issues(ctx: WorkerContext, gh: GitHubClient, repo: str, run: tr
     if config is None:
         return
     for done in trunk_issues.record_trunk_run(ctx.store, gh, run, config, owners=ctx.codeowners(gh, repo),
-                                              public_url=ctx.options.public_url or ""):
+                                              public_url=ctx.settings.public_url):
         log.info("%s: %s", repo, done)
 
 

@@ -11,14 +11,15 @@ import re
 from dataclasses import dataclass, field
 
 from bot import md
+from bot.evidence import NUMBER, SECTION_ORDER, Entry, number
 from bot.github_client import SUMMARY_MARKER
 from tasks.pipeline.compare import by_root, spread
+from tasks.pipeline.report import entry_of
 from tasks.records import CiReport
 from triage_rules.records import dump, load
 
 VERDICT_ICONS = {"new": "❌", "pre_existing": "⚪", "flaky": "🔁", "environment": "🛠️",
                  "fixed": "✅", "ignored": "🙈", "not_in_log": "❔"}
-SECTION_ORDER = ("pr", "ci")
 
 
 @dataclass
@@ -38,6 +39,9 @@ class PublishPayload:
     # The whole Report (pr) or CiReport (ci), dumped: rendered again after `/etriage ignore`.
     report: dict | None = None
     notes: list[str] = field(default_factory=list)  # pr: the run's notes, for the same
+    # The section's numbered failures, in its order (bot.evidence.Entry, dumped): stored with
+    # the run, so `/etriage explain 3` finds what the comment numbers 3.
+    index: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dump(self)
@@ -47,7 +51,7 @@ class PublishPayload:
         return load(cls, data)
 
 
-_JOB_URL = re.compile(r"https://[A-Za-z0-9./_#?=%&+-]{1,300}")  # a job's html_url, plain characters only
+_JOB_URL = re.compile(r"https://[A-Za-z0-9./_#?=%&+:-]{1,300}")  # a job's page (at a log line), plain characters only
 HEADLINE_ORDER = ("pre_existing", "flaky", "environment", "not_in_log", "ignored", "fixed")
 SECTION_TITLES = {"pr": "Rebuild and tests", "ci": "CI logs"}
 
@@ -80,10 +84,10 @@ def compose_comment(head_sha: str, sections: dict[str, str],
     else:
         parts = [SUMMARY_MARKER, f"## etriage: triage of {md.code(head_sha[:12])} is running", "",
                  "This comment is updated when it finishes.", ""]
-    for kind in ordered:
-        parts += [sections[kind].rstrip(), ""]
-    parts.append('<sub>Commands: `/etriage rerun`, `/etriage ignore <failure> --reason "..."`, '
-                 '`/etriage explain <failure>`, `/etriage help`; `/etriage ok-to-test` (maintainers).</sub>')
+    for section in number([sections[kind] for kind in ordered]):  # one numbering over the whole comment
+        parts += [section.rstrip(), ""]
+    parts.append('<sub>Commands: `/etriage explain N` (the evidence), `/etriage ignore N --reason "..."`, '
+                 "`/etriage rerun` (the failed CI jobs and etriage's suites), `/etriage help`.</sub>")
     return "\n".join(parts).rstrip() + "\n"
 
 
@@ -96,7 +100,13 @@ def ci_counts(report: CiReport) -> dict[str, int]:
 
 
 def render_ci_section(report: CiReport) -> str:
-    lines = [f"### {SECTION_TITLES['ci']}", f"Failed CI jobs at {md.code(report.head[:12])}, classified from their logs."]
+    return ci_section(report)[0]
+
+
+def ci_section(report: CiReport) -> tuple[str, list[Entry]]:
+    """The `ci` section of the comment, one numbered entry per root cause linked to the job's
+    log at its line (`Verdict.link`), and the entries (bot.evidence)."""
+    lines = [f"### {SECTION_TITLES['ci']}"]
     merge_base = report.merge_base
     base_note = (f"compared with the merge base {md.code(merge_base[:12])}" if merge_base and report.merge_base_exact
                  else f"compared with the base branch at {md.code(merge_base[:12])} (no local clone to find the "
@@ -104,18 +114,26 @@ def render_ci_section(report: CiReport) -> str:
                  else "no merge base known: nothing could be marked pre-existing")
     if not report.results:
         jobs = ", ".join(md.code(job, 120) for job in report.jobs) or "none"
-        lines.append(f"No failure line found in the failed jobs' logs ({jobs}); {base_note}.")
-        return "\n".join(lines)
+        lines.append(f"Failed CI jobs at {md.code(report.head[:12])}: no failure line found in their logs "
+                     f"({jobs}); {base_note}.")
+        return "\n".join(lines), []
     counts = ci_counts(report)
-    lines.append(", ".join(f"{n} {verdict.replace('_', '-')}" for verdict, n in counts.items())
-                 + f" ({base_note}).")
+    lines.append(f"Failed CI jobs at {md.code(report.head[:12])}, classified from their logs: "
+                 + ", ".join(f"{n} {verdict.replace('_', '-')}" for verdict, n in counts.items()) + f" ({base_note}).")
     lines.append("")
+    entries = []
     for group in by_root(report.results):  # one root cause, one entry
         verdict, failure = group[0], group[0].failure
+        entries.append(entry_of(group, "ci", link=verdict.link if _JOB_URL.fullmatch(verdict.link or "") else "",
+                                artefact=verdict.log_excerpt[:20000]))
         icon = VERDICT_ICONS.get(verdict.verdict, "•")
         what = md.code(verdict.test) if verdict.test else md.text(failure.title or failure.category, 120)
-        lines.append(f"- {icon} **{md.text(verdict.verdict.replace('_', '-'), 40)}** · "
-                     f"{verdict.category_words} · job {md.code(verdict.suite, 120)} · {what}")
+        anchor = re.search(r"#step:(\d+):(\d+)$", entries[-1].link)
+        said = f"job log, step {anchor[1]} line {anchor[2]}" if anchor else f"log line {int(failure.line_no)}"
+        where = f" · [{said}]({entries[-1].link})" if entries[-1].link else f" · {said}"
+        lines.append(f"- **{NUMBER}.** {icon} **{md.text(verdict.verdict.replace('_', '-'), 40)}** · "
+                     f"{verdict.category_words} · job {md.code(verdict.suite, 120)} · {what}{where}")
+        lines.append(f"  {md.code(failure.line.strip(), 240)}")
         if verdict.verdict == "environment":
             lines.append("  The environment (runner, SDK, device or infrastructure) failed, "
                          "not this change.")
@@ -124,17 +142,11 @@ def render_ci_section(report: CiReport) -> str:
                          + (f": [open the job]({verdict.link})." if _JOB_URL.fullmatch(verdict.link or "") else "."))
         if verdict.verdict == "ignored":
             lines.append(f"  Ignored by a maintainer (not counted): *{md.text(verdict.ignored_reason, 500)}*")
-        lines.append(md.block(failure.line.strip(), indent="  ", limit=1000, keep="head"))
-        lines.append(f"  <sub>log line {int(failure.line_no)} · fingerprint {md.code(failure.fingerprint, 40)}</sub>")
-        if failure.explanation:
-            lines.append(f"  {md.prose(failure.explanation.strip())}")
-        if failure.suggestion:
-            lines.append(f"  Next step: {md.prose(failure.suggestion.strip())}")
         if len(group) > 1:
             lines.append(f"  1 failure, {md.text(spread(group, ci=True), 200)}; also " + ", ".join(
-                md.code(v.suite, 120) + (f" {md.code(v.test)}" if v.test else "") for v in group[1:6])
-                + (f" and {len(group) - 6} more" if len(group) > 6 else ""))
-    return "\n".join(lines)
+                md.code(v.suite, 120) + (f" {md.code(v.test)}" if v.test else "") for v in group[1:4])
+                + (f" and {len(group) - 4} more" if len(group) > 4 else ""))
+    return "\n".join(lines), entries
 
 
 def labels_to_change(current: list[str], blame_categories: set[str],

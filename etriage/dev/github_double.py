@@ -198,14 +198,26 @@ class GitHubDouble:
 
     def add_workflow_run(self, repo: str, run_id: int, head_sha: str, jobs: list[dict],
                          *, check_suite_id: int = 42, conclusion: str = "failure") -> None:
-        """jobs: [{"id", "name", "conclusion", "log"}]."""
+        """jobs: [{"id", "name", "conclusion", "log"}, optionally "steps" (the API's: number,
+        name, conclusion, started_at, completed_at) and "head_branch"]."""
         with self.lock:
             self.workflow_runs[(repo, run_id)] = {
                 "id": run_id, "head_sha": head_sha, "check_suite_id": check_suite_id,
-                "conclusion": conclusion, "status": "completed"}
+                "conclusion": conclusion, "status": "completed", "run_attempt": 1}
             for job in jobs:
                 self.jobs[(repo, job["id"])] = {**job, "run_id": run_id, "head_sha": head_sha}
                 self.logs[job["id"]] = job.get("log", "")
+
+    def finish_rerun(self, repo: str, run_id: int, conclusion: str = "success") -> None:
+        """The re-run GitHub started (`rerun-failed-jobs`) ends: its queued jobs and the run
+        complete with `conclusion`."""
+        with self.lock:
+            run = self.workflow_runs[(repo, run_id)]
+            run.update(status="completed", conclusion=conclusion)
+            for (r, _), job in self.jobs.items():
+                if r == repo and job["run_id"] == run_id and job.get("status") == "queued":
+                    job.update(status="completed", conclusion=conclusion)
+            self.changed.notify_all()
 
     def fail(self, method: str, route: str, status: int, *, times: int = 1,
              headers: dict | None = None, message: str = "", applied: bool = False) -> None:
@@ -720,7 +732,8 @@ def list_check_runs(d, repo, ref, query, body):
 def _run_json(d, repo, run):
     data = d.fixture("actions-get-workflow-run.json")
     data.update(id=run["id"], head_sha=run["head_sha"], check_suite_id=run["check_suite_id"],
-                status=run["status"], conclusion=run["conclusion"],
+                status=run["status"], conclusion=run["conclusion"], run_attempt=run["run_attempt"],
+                html_url=f"https://github.com/{repo}/actions/runs/{run['id']}",
                 url=f"{d.url}/repos/{repo}/actions/runs/{run['id']}",
                 jobs_url=f"{d.url}/repos/{repo}/actions/runs/{run['id']}/jobs")
     return data
@@ -729,19 +742,44 @@ def _run_json(d, repo, run):
 def _job_json(d, repo, job):
     data = d.fixture("actions-get-job-for-workflow-run.json")
     data.update(id=job["id"], run_id=job["run_id"], head_sha=job["head_sha"], name=job["name"],
-                conclusion=job.get("conclusion", "failure"), status="completed",
+                conclusion=job.get("conclusion", "failure"), status=job.get("status", "completed"),
+                html_url=f"https://github.com/{repo}/actions/runs/{job['run_id']}/job/{job['id']}",
                 head_branch=job.get("head_branch", data["head_branch"]),
                 url=f"{d.url}/repos/{repo}/actions/jobs/{job['id']}",
                 run_url=f"{d.url}/repos/{repo}/actions/runs/{job['run_id']}")
+    if "steps" in job:
+        data["steps"] = copy.deepcopy(job["steps"])
+    if data["conclusion"] is None:
+        data["completed_at"] = None
     return data
 
 
 @route("GET", _REPO + r"/actions/runs")
 def list_runs(d, repo, query, body):
     runs = [_run_json(d, repo, r) for (rp, _), r in sorted(d.workflow_runs.items())
-            if rp == repo and str(r["check_suite_id"]) == query.get("check_suite_id",
-                                                                    str(r["check_suite_id"]))]
+            if rp == repo and str(r["check_suite_id"]) == query.get("check_suite_id", str(r["check_suite_id"]))
+            and r["head_sha"] == query.get("head_sha", r["head_sha"])]
     return 200, {"total_count": len(runs), "workflow_runs": runs}, {}
+
+
+@route("POST", _REPO + r"/actions/runs/(?P<run_id>\d+)/rerun-failed-jobs")
+def rerun_failed_jobs(d, repo, run_id, query, body):
+    """GitHub's `actions/re-run-workflow-failed-jobs`: 201 with an empty object; the run's
+    failed (and cancelled) jobs are queued again under the next attempt. A run still going
+    cannot be re-run (403, as GitHub answers)."""
+    run = d.workflow_runs.get((repo, int(run_id)))
+    if run is None:
+        return 404, {"message": "Not Found"}, {}
+    if run["status"] != "completed":
+        return 403, {"message": "This workflow is already running"}, {}
+    failed = [job for (r, _), job in d.jobs.items() if r == repo and job["run_id"] == int(run_id)
+              and job.get("conclusion", "failure") in ("failure", "timed_out", "cancelled", "startup_failure")]
+    if not failed:
+        return 403, {"message": "This workflow run has no failed jobs to re-run"}, {}
+    for job in failed:
+        job.update(status="queued", conclusion=None)
+    run.update(status="queued", conclusion=None, run_attempt=run["run_attempt"] + 1)
+    return 201, {}, {}
 
 
 @route("GET", _REPO + r"/actions/runs/(?P<run_id>\d+)")

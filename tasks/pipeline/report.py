@@ -10,8 +10,10 @@ import re
 from collections import defaultdict
 
 from bot import md
+from bot.evidence import NO_LINKS, NUMBER, Entry, Links
 from tasks.pipeline.compare import by_root, spread
 from tasks.pipeline.matrix import matrix
+from tasks.probes import standalone
 from tasks.records import Report, Verdict
 from triage_rules.records import Failure, dump
 
@@ -207,3 +209,172 @@ def to_markdown(report: Report, *, section_title: str | None = None) -> str:
     lines.append(f"<sub>triage took {report.seconds:.0f}s"
                  + (" (merge-base results from cache)" if report.base_cached else "") + "</sub>")
     return "\n".join(lines) + "\n"
+
+
+# ---- the PR comment's section: one screen, every failure numbered and linked to its evidence ----
+# The whole report stays `to_markdown` (the CLI's, the check run's text); the comment says per
+# root cause what, where, how to reproduce and where the evidence is, and `/etriage explain N`
+# the rest (bot.commands: the engine's decision, looks-like, trunk history, every suspect).
+ARTEFACT_LIMIT = 20000
+OTHER_TITLES = (("environment", "Environment failures (not the change's fault)"),
+                ("ignored", "Ignored by a maintainer (not counted)"),
+                ("pre_existing", "Pre-existing failures (also fail at the merge base)"),
+                ("flaky", "Flaky (failed, then passed on retry)"),
+                ("not_in_log", "Real error not in the log (only a wrapper's exit line)"))
+
+
+def entry_of(group: list[Verdict], kind: str, **where) -> Entry:
+    """One root cause's Entry (bot.evidence): what `explain` says beyond the comment."""
+    first, failure = group[0], group[0].failure or Failure(line="", line_no=0)
+    tests = [f"{v.suite}: {v.test}" if kind == "ci" and v.test else v.suite if kind == "ci" else v.test
+             for v in group]
+    return Entry(kind=kind, verdict=first.verdict, title=failure.title or failure.category, category=first.category,
+                 tests=list(dict.fromkeys(tests))[:20], fingerprints=sorted({v.fingerprint for v in group if v.fingerprint}),
+                 primary_line=failure.line.strip()[:2000], decided_by=failure.decided_by or failure.rule,
+                 confidence=failure.confidence, decision=list(failure.decision[:12]),
+                 looks_like=[dict(n) for n in failure.looks_like[:3]], unsure=list(failure.unsure),
+                 suspects=[{"path": s.path, "line": s.line, "symbol": s.symbol, "reason": s.reason, "score": s.score}
+                           for s in first.suspects[:8]],
+                 explanation=failure.explanation[:2000], suggestion=failure.suggestion[:1000],
+                 **({"reproduce": first.reproduce[:2000]} | where))
+
+
+def _artefact(report: Report, group: list[Verdict]) -> str:
+    """The failure's own output: its log excerpt and each failing test's text, bounded."""
+    texts = {(t.suite, t.target, t.test): t.text or t.message for s in report.suites for t in s.tests}
+    parts = [group[0].log_excerpt.strip()] if group[0].log_excerpt.strip() else []
+    for v in group:
+        text = texts.get((v.suite, v.target, v.test), "")
+        if text.strip():
+            parts.append(f"==== {v.test} ({v.target}) ====\n{text.strip()}")
+    return "\n\n".join(parts)[:ARTEFACT_LIMIT]
+
+
+def _probe_of(verdict: Verdict) -> tuple[str, str] | None:
+    """(probe suite, probe) of a probe's verdict ("multi_method::per_method_partitioners")."""
+    suite, sep, probe = verdict.test.partition("::")
+    if not sep or "::" in probe or not (suite in standalone.SUITES and "probes" in verdict.suite):
+        return None
+    return suite, probe
+
+
+def _where(report: Report, group: list[Verdict], links: Links) -> dict:
+    """The evidence's addresses and the reproduce line of one root cause of the bot's run."""
+    first = group[0]
+    where = {"link": links.artefact(report.head, first.fingerprint) if first.fingerprint else "",
+             "artefact": _artefact(report, group)}
+    probe = _probe_of(first)
+    if probe:
+        try:
+            script = standalone.script(*probe)
+        except standalone.UnknownProbe:
+            return where
+        where.update(script=script, script_name=standalone.file_name(*probe), reproduce=standalone.command(*probe),
+                     script_url=links.script(report.head, *probe))
+    return where
+
+
+def _reproduce(entry: Entry) -> str:
+    if entry.script_url:
+        return (f"- Reproduce: [{md.code(entry.script_name, 120)}]({entry.script_url}), a standalone script: "
+                f"{md.code('python ' + entry.script_name, 160)} where your ExecuTorch imports (exit 1: it reproduces)")
+    if entry.script:  # a probe, and no public URL to serve its script from
+        return (f"- Reproduce: {md.code(entry.reproduce, 160)} (the bot's web app serves the script; "
+                "it has no public URL configured)")
+    return f"- Reproduce: {md.code(entry.reproduce, 300)}" if entry.reproduce else ""
+
+
+def _numbered_new(group: list[Verdict], entry: Entry) -> list[str]:
+    first = group[0]
+    failure = first.failure or Failure(line="", line_no=0)
+    how = (f" ({md.code(failure.decided_by or failure.rule, 60)}, {failure.confidence:.2f})"
+           if failure.decided_by or failure.rule else "")
+    evidence = f" · [evidence]({entry.link})" if entry.link else ""
+    lines = [f"**{NUMBER}.** {md.text(entry.title, 120)} · {first.category_words}{how} · "
+             f"{md.text(spread(group), 80)}{evidence}",
+             f"- {md.code(first.primary_line.strip(), 240)}"]
+    tests = list(dict.fromkeys(f"{md.code(v.test, 120)} ({md.text(v.target, 40)})" for v in group))
+    lines.append("- Tests: " + ", ".join(tests[:3]) + (f" and {len(tests) - 3} more" if len(tests) > 3 else ""))
+    if first.suspects:
+        lines.append("- Where to look: " + "; ".join(
+            md.code(s.path + (f":{s.line}" if s.line else ""), 160) + (f" {md.code(s.symbol, 80)}" if s.symbol else "")
+            for s in first.suspects[:2]))
+    reproduce = _reproduce(entry)
+    return lines + ([reproduce] if reproduce else []) + [""]
+
+
+def _numbered_other(group: list[Verdict], entry: Entry) -> str:
+    first = group[0]
+    evidence = f" · [evidence]({entry.link})" if entry.link else ""
+    why = f" — *{md.text(first.ignored_reason, 300)}*" if first.verdict == "ignored" else ""
+    more = f" and {len(group) - 1} more" if len(group) > 1 else ""
+    return (f"- **{NUMBER}.** {md.code(first.test, 160)} ({md.text(first.target, 40)}){more}: "
+            f"{md.code(first.primary_line.strip(), 160)} ({first.category_words}){why}{evidence}")
+
+
+def comment_section(report: Report, *, section_title: str, links: Links = NO_LINKS) -> tuple[str, list[Entry]]:
+    """The report as the PR comment's `### <section_title>` section, and its numbered entries
+    (bot.evidence: each starts with NUMBER, made 1., 2., ... across the comment)."""
+    plan, h = report.plan, "####"
+    page = links.pr_page()
+    lines = [f"### {section_title}",
+             f"{md.code(f'{report.merge_base[:12]}..{report.head[:12]}')}, {len(plan.changed_files)} changed file(s); "
+             f"areas: {md.text(', '.join(plan.areas) or '-')}; build: {md.text(report.build.status, 40)}"
+             + (f" ({md.prose(report.build.reason, 300)})" if report.build.reason else "")
+             + (f" · [dashboard]({page})" if page else ""), ""]
+    entries: list[Entry] = []
+    by_verdict = defaultdict(list)
+    for v in report.results:
+        if v.failure is not None or v.verdict != "fixed":
+            by_verdict[v.verdict].append(v)
+    refused = [v for v in by_verdict["environment"] if v.failure and v.failure.rule == "refused"]
+    if refused:  # the change's own tree, never "not the change's fault"
+        lines += [f"{h} Refused: nothing of this change was run", ""]
+        lines += [f"- {md.code(v.primary_line.strip(), 300)}: {md.prose(v.failure.explanation, 300)}"
+                  for v in refused] + [""]
+    if by_verdict["new"]:
+        lines += [f"{h} New failures caused by this change", ""]
+        for group in by_root(by_verdict["new"]):
+            entries.append(entry_of(group, "pr", **_where(report, group, links)))
+            lines += _numbered_new(group, entries[-1])
+    by_verdict["environment"] = [v for v in by_verdict["environment"] if v not in refused]
+    for verdict, title in OTHER_TITLES:
+        if by_verdict[verdict]:
+            lines += [f"{h} {title}", ""]
+            for group in by_root(by_verdict[verdict]):
+                entries.append(entry_of(group, "pr", **_where(report, group, links)))
+                lines.append(_numbered_other(group, entries[-1]))
+            lines.append("")
+    fixed = [v for v in report.results if v.verdict == "fixed"]
+    if fixed:
+        lines += [f"Fixed by this change: " + ", ".join(md.code(v.test, 120) for v in fixed[:5])
+                  + (f" and {len(fixed) - 5} more" if len(fixed) > 5 else ""), ""]
+    lines += matrix(report, h)
+    not_run = [s for s in report.suites if s.status == "not_run"]
+    lines += [f"- {md.text(s.suite, 80)} on {md.text(s.target, 80)}: not run: {md.prose(s.reason, 300)}"
+              for s in not_run] + ([""] if not_run else [])
+    if plan.left_out:
+        lines += [f"{len(plan.left_out)} relevant test file(s) not run (budget {plan.budget_seconds:.0f}s): "
+                  "`/etriage run selected --all` runs every one that can run here.", ""]
+    lines += _what_ran(report, h)
+    return "\n".join(lines).rstrip() + "\n", entries
+
+
+def _what_ran(report: Report, h: str) -> list[str]:
+    """One folded block: notes, environments, suites run, the merge base, the selected tests."""
+    ran = [s for s in report.suites if s.status != "not_run"]
+    if not (ran or report.plan.notes):
+        return []
+    tests = sum(len(s.tests) for s in ran)
+    lines = [f"<details><summary>What ran: {len(ran)} suite run(s), {tests} test(s)</summary>", ""]
+    lines += [f"> {md.prose(note)}" for note in report.plan.notes] + ([""] if report.plan.notes else [])
+    lines += [f"- {md.text(s.suite, 80)} on {md.text(s.target, 80)}: {md.text(s.status, 40)}"
+              + (f" ({md.prose(s.reason, 300)})" if s.status == "crashed" else "")
+              + f", {len(s.tests)} test(s), {s.seconds:.0f}s" for s in ran]
+    environments = [(side, env) for side, env in (("head", report.build.environment),
+                                                   ("merge base", report.base_environment)) if env]
+    lines += [f"- {side} {md.code(env.commit[:12])}: {_environment(env)}" for side, env in environments]
+    lines += ["- at the merge base: " + _base_line(b).removeprefix("- ") for b in report.base_runs]
+    lines += [f"- selected {md.code(t.path)}: {md.prose(t.reason, 200)}" for t in report.plan.selected[:5]]
+    lines.append(f"- triage took {report.seconds:.0f}s" + (" (merge-base results from cache)" if report.base_cached else ""))
+    return lines + ["", "</details>"]

@@ -23,6 +23,11 @@ def bot_comments(double):
     return [c for c in double.comments_on(REPO, PR) if c["user"] == double.bot_login]
 
 
+def summaries(double):
+    """The bot's one living comment (its replies to commands are other comments)."""
+    return [c for c in bot_comments(double) if "etriage:summary" in c["body"]]
+
+
 def test_pull_request_gets_one_comment_and_one_check_run(web, workers, payloads):
     workers()
     answer = web.post("pull_request", payloads.pull_request("opened", web.head, web.base))
@@ -188,14 +193,19 @@ def test_ignoring_a_new_ci_failure_takes_it_out_of_the_count_and_the_labels(web,
     web.post("issue_comment", payloads.issue_comment(comment_id, "maintainer", text))
     web.double.wait_for(lambda: not web.double.labels_on(REPO, PR), 60, "the label to go")
     web.double.wait_for(lambda: not store.pending_reports(), 30, "the publish")
-    [comment] = bot_comments(web.double)
+    [comment] = summaries(web.double)
     assert "## etriage: ✅ No new failures caused by this change · 1 ignored\n" in comment["body"]
+    [reply] = [c["body"] for c in bot_comments(web.double) if c not in summaries(web.double)]
+    assert reply.startswith("Ignored 1 (`lint: benchmarks/distributed/bench_symmetric_memory_all_gather.py`) on this "
+                            "pull request: *rule changed upstream*.")
     assert "**ignored** · `lint` · job `lint`" in comment["body"] and "*rule changed upstream*" in comment["body"]
 
 
 def test_rerun_command_from_a_writer_reacts_and_enqueues(web, workers, payloads):
     workers()
     web.double.set_permission(REPO, "maintainer", "write")
+    web.double.add_workflow_run(REPO, 301, web.head, [
+        {"id": 61, "name": "lint", "conclusion": "failure", "log": ci_log("lint_lintrunner.txt")}])
     comment_id = web.double.add_user_comment(REPO, PR, "maintainer", "/etriage rerun")
     answer = web.post("issue_comment", payloads.issue_comment(comment_id, "maintainer", "/etriage rerun"))
     assert answer.status_code == 202, answer.text
@@ -203,6 +213,12 @@ def test_rerun_command_from_a_writer_reacts_and_enqueues(web, workers, payloads)
     [mine] = [c for c in web.double.comments_on(REPO, PR) if c["id"] == comment_id]
     assert mine["reactions"] == ["eyes"]
     assert [a["command"] for a in web.store().audit_log(REPO, PR)] == ["/etriage rerun"]
+    # GitHub re-runs the head's failed Actions jobs, and the reply says what was queued
+    assert [r.path for r in web.double.requests_to("POST", r"/rerun-failed-jobs$")] == [
+        f"/repos/{REPO}/actions/runs/301/rerun-failed-jobs"]
+    [reply] = web.double.wait_for(lambda: [c["body"] for c in bot_comments(web.double)
+                                           if c["body"].startswith("Queued:")], 30, "the reply")
+    assert reply.startswith("Queued: GitHub re-runs the failed jobs of `Build` run 301; etriage runs its suites")
 
 
 def test_rerun_command_from_a_reader_is_refused(web, workers, payloads):

@@ -117,6 +117,10 @@ def test_a_configured_local_clone_is_used_as_it_is_and_never_fetched(web, worker
     [missing] = double.wait_for(lambda: completed(double, stranger), 120, "the second check run")
     double.wait_for(lambda: not store.pending_reports(), 30, "the publish")
     assert missing["conclusion"] == "neutral"
-    assert "which ETRIAGE_REPO_PATHS names: a configured clone is never fetched" in missing["output"]["summary"]
+    # the operator's configuration is the operator's (logged): the PR reads that it was told
+    summary = missing["output"]["summary"]
+    assert f"could not read commit `{stranger[:12]}` of this pull request" in summary
+    assert "the operator has been told" in summary and "ETRIAGE_REPO_PATHS" not in summary
+    assert all("ETRIAGE_REPO_PATHS" not in c["body"] for c in double.comments_on(REPO, PR + 1))
     assert double.requests_to("GET", r"\.git/info/refs$") == []  # git never asked the double
     assert not (tmp_path / "data" / "repos" / "mirrors").exists()

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from bot.github_client import (SUMMARY_MARKER, Annotation, GitHubClient, GitHubConfig,
-                               GitHubError, GitHubUnavailable, RedactTokensFilter, redact)
+                               GitHubError, GitHubUnavailable, RedactTokensFilter, job_line_url, redact)
 from tests.service.github_double import GitHubDouble
 
 REPO = "o/r"
@@ -219,3 +219,55 @@ def test_tokens_are_redacted_from_logs(line, caplog):
     logger.warning("sending %s", line)
     caplog.handler.removeFilter(handler_filter)
     assert "***" in caplog.text and "16C7e42F" not in caplog.text and TOKEN not in caplog.text
+
+
+# ---- GitHub Actions: the head's failed runs re-run, a log line's address ----------------------
+def test_failed_runs_of_a_head_are_rerun_with_githubs_rerun_failed_jobs(double):
+    gh = client(double)
+    double.add_workflow_run(REPO, 1, "a" * 40, [{"id": 11, "name": "t", "conclusion": "failure", "log": "x"}])
+    double.add_workflow_run(REPO, 2, "a" * 40, [{"id": 12, "name": "t", "conclusion": "success", "log": ""}],
+                            conclusion="success")
+    double.add_workflow_run(REPO, 3, "c" * 40, [{"id": 13, "name": "t", "conclusion": "failure", "log": "x"}])
+    assert [r["id"] for r in gh.failed_workflow_runs(REPO, "a" * 40)] == [1]
+    assert double.requests_to("GET", r"/actions/runs$")[-1].query["head_sha"] == "a" * 40
+    gh.rerun_failed_jobs(REPO, 1)
+    [post] = double.requests_to("POST", r"/rerun-failed-jobs$")
+    assert (post.path, post.status) == (f"/repos/{REPO}/actions/runs/1/rerun-failed-jobs", 201)
+    assert gh.failed_workflow_runs(REPO, "a" * 40) == []  # queued again: not a failed run any more
+    with pytest.raises(GitHubError) as running:
+        gh.rerun_failed_jobs(REPO, 1)
+    assert running.value.status == 403 and "already running" in str(running.value)
+    with pytest.raises(GitHubError) as missing:
+        gh.rerun_failed_jobs(REPO, 99)
+    assert missing.value.status == 404
+
+
+STEPS = [{"number": 1, "name": "Set up job", "conclusion": "success",
+          "started_at": "2020-01-20T09:42:40.000-08:00", "completed_at": "2020-01-20T09:42:41.000-08:00"},
+         {"number": 2, "name": "Checkout", "conclusion": "success",
+          "started_at": "2020-01-20T09:42:41.000-08:00", "completed_at": "2020-01-20T09:42:41.000-08:00"},
+         {"number": 3, "name": "Test", "conclusion": "failure",
+          "started_at": "2020-01-20T09:42:41.000-08:00", "completed_at": "2020-01-20T09:42:59.000-08:00"}]
+ACTIONS_LOG = ("2020-01-20T17:42:40.1234567Z Current runner version: '2.321.0'\n"
+               "2020-01-20T17:42:40.2234567Z Runner name: 'linux.2xlarge'\n"
+               "2020-01-20T17:42:41.0000000Z ##[group]Run pytest\n"
+               "2020-01-20T17:42:58.5000000Z FAILED test_x.py::test_y - AssertionError\n")
+JOB = {"id": 399444496, "run_id": 29679449, "steps": STEPS,
+       "html_url": "https://github.com/octo-org/octo-repo/runs/29679449/jobs/399444496"}
+JOB_PAGE = "https://github.com/o/r/actions/runs/29679449/job/399444496"
+
+
+@pytest.mark.parametrize("job, log, line, url", [
+    (JOB, ACTIONS_LOG, 2, f"{JOB_PAGE}#step:1:2"),
+    # steps 2 and 3 started in the same second: the failed one wrote it, from its first line
+    (JOB, ACTIONS_LOG, 4, f"{JOB_PAGE}#step:3:2"),
+    (JOB, "no timestamps\nhere\n", 2, JOB_PAGE),  # nothing to place the line by: the job's page
+    (dict(JOB, steps=[]), ACTIONS_LOG, 4, JOB_PAGE),
+    (JOB, ACTIONS_LOG, 99, JOB_PAGE),
+    (dict(JOB, html_url="https://ghe.corp.example/octo-org/octo-repo/runs/1/jobs/2"), ACTIONS_LOG, 2,
+     "https://ghe.corp.example/o/r/actions/runs/29679449/job/399444496#step:1:2"),  # Enterprise: its host
+    (dict(JOB, html_url="javascript:alert(1)//"), ACTIONS_LOG, 2, f"{JOB_PAGE}#step:1:2"),
+    (dict(JOB, id="399444496"), ACTIONS_LOG, 2, ""),  # no ids: no address
+])
+def test_a_log_line_is_addressed_as_githubs_log_viewer_anchors_it(job, log, line, url):
+    assert job_line_url("o/r", job, log, line) == url

@@ -86,12 +86,14 @@ def bot_report(web) -> Report:
 
 
 def headline(double) -> str:
-    [comment] = [c for c in double.comments_on(REPO, PR) if c["user"] == double.bot_login]
+    [comment] = [c for c in double.comments_on(REPO, PR)
+                 if c["user"] == double.bot_login and "etriage:summary" in c["body"]]
     return comment["body"].splitlines()[1]
 
 
 def comment_body(double) -> str:
-    [comment] = [c for c in double.comments_on(REPO, PR) if c["user"] == double.bot_login]
+    [comment] = [c for c in double.comments_on(REPO, PR)
+                 if c["user"] == double.bot_login and "etriage:summary" in c["body"]]
     return comment["body"]
 
 

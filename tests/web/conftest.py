@@ -133,17 +133,6 @@ def github(github_double):
 def store(tmp_path):
     from bot.store import Store
 
-    class StoreWithKnownFailures(Store):
-        """The real Store; `find_failure` answers from `known` so the tests control the data
-        (the WORKER's find_failure reads the PR's report; its own tests cover that)."""
-
-        known: dict[str, dict] = {}
-
-        def find_failure(self, repo, pr, ref):
-            return self.known.get(ref)
-
-    store = StoreWithKnownFailures(f"sqlite:///{tmp_path / 'etriage.db'}")
-    store.known = {}
+    store = Store(f"sqlite:///{tmp_path / 'etriage.db'}")
     yield store
     store.close()
-

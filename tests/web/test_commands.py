@@ -7,6 +7,7 @@ import pytest
 
 from bot import repo_config
 from bot.commands import CommandContext, devices_allowed, handle_comment
+from bot.evidence import Entry
 
 BOT = "etriage[bot]"
 REPO = "pytorch/executorch"
@@ -14,12 +15,21 @@ PR = 7
 HEAD, NEXT_HEAD, BASE_SHA = "a" * 40, "c" * 40, "b" * 40
 LEVELS = ("none", "read", "triage", "write", "maintain", "admin")
 WITH_DEVICES = "triage: {}\ncommands: {}\nlabels: {}\ndevices: {}\n"
-FAILURE = {"category": "multi_method_lowering", "title": "Shared nodes across delegated subgraphs",
-           "explanation": "getitem nodes were left dangling after the submodule was replaced.",
-           "suggestion": "Keep getitem nodes with their delegate; see PR 10584.",
-           "line": "AssertionError: ```weird``` output", "test": "test_multi_method_two_backends",
-           "reproduce": "python -m pytest exir/backend/test/test_to_backend_multi_method.py",
-           "fingerprint": "3fa9c1d2e4b5"}
+TEST = "exir/backend/test/test_to_backend_multi_method.py::TestToBackendMultiMethod::test_multi_method_two_backends"
+FAILURE = Entry(kind="pr", verdict="new", category="multi_method_lowering", title="Shared nodes across delegated subgraphs",
+                explanation="getitem nodes were left dangling after the submodule was replaced.",
+                suggestion="Keep getitem nodes with their delegate; see PR 10584.",
+                primary_line="AssertionError: ```weird``` output", tests=[TEST],
+                reproduce=f"python -m pytest {TEST}", fingerprints=["3fa9c1d2e4b5"], decided_by="model",
+                confidence=0.81, decision=["rule multi-method-getitem (strength 0.9)", "frame exir/backend/backend_api.py"],
+                looks_like=[{"source": "https://github.com/pytorch/executorch/pull/10584", "category": "multi_method_lowering",
+                             "similarity": 0.72}],
+                suspects=[{"path": "exir/backend/backend_api.py", "line": 705, "symbol": "to_backend", "reason": "in the traceback",
+                           "score": 3.0}])
+CI_FAILURE = Entry(kind="ci", verdict="pre_existing", category="runtime_error", title="Test or command timed out",
+                   primary_line="Command took >15min, returning 124", tests=["unittest / linux"],
+                   fingerprints=["38f1fbcd0675a65b"],
+                   link="https://github.com/pytorch/executorch/actions/runs/30433642/job/399444496#step:4:12")
 
 
 def stamp(seconds_ago: float) -> str:
@@ -35,7 +45,14 @@ class World:
         for level in LEVELS:
             double.set_permission(REPO, level, level)  # user "write" has write access, ...
         double.set_permission(REPO, "outsider", "read")
-        store.known = {"1": FAILURE, "3fa9c1": FAILURE}
+        self.comment_at(HEAD, pr=[FAILURE], ci=[CI_FAILURE])
+
+    def comment_at(self, head: str, *, pr=(), ci=()) -> None:
+        """The worker's record of the PR's comment at `head`: each section's numbered entries."""
+        self.store.record_pull(REPO, PR, head, base_ref="master", base_sha=BASE_SHA)
+        for kind, entries in (("ci", ci), ("pr", pr)):  # stored in either order; numbered pr first
+            run_id = self.store.start_run(REPO, PR, head, kind)
+            self.store.update_run(run_id, summary=f"### {kind}", report={"index": [e.to_dict() for e in entries]})
 
     def push(self, sha: str, *, seconds_ago: float) -> None:
         """A push GitHub stamped `seconds_ago` before now: the double's head and the store's record."""
@@ -118,7 +135,11 @@ def test_accepted_commands_do_their_work(world):
     assert world.double.labels_on(REPO, PR) == ["triage: lint", "triage: multi-method"]
     assert world.store.ignored_failures(REPO, PR) == {"3fa9c1d2e4b5": "known flaky"}
     assert world.reactions() == ["eyes"]
-    assert world.replies() == []  # accepted commands get the 👀 only
+    [reply] = world.replies()  # accepted commands are answered in words, in one reply
+    assert "Queued: etriage runs every test of its suites on qnn-htp-sim again at `aaaaaaaaaaaa`" in reply
+    assert "Queued: the suite `multi_method` on host at `aaaaaaaaaaaa`" in reply
+    assert "Labelled: `triage: lint`, `triage: multi-method`." in reply
+    assert f"Ignored 1 (`{TEST}`) on this pull request: *known flaky*" in reply
 
 
 def test_help_and_explain_are_answered_in_one_reply(world):
@@ -127,15 +148,98 @@ def test_help_and_explain_are_answered_in_one_reply(world):
     [reply] = world.replies()
     assert reply.count("**etriage commands**") == 1
     assert "`/etriage rerun [failed|all] [--target T]`" in reply and "`android-sm8650` (device)" in reply
-    assert "**Shared nodes across delegated subgraphs** (category `multi_method_lowering`)" in reply
+    assert "**1. Shared nodes across delegated subgraphs**: new, category `multi_method_lowering`, " \
+           "decided by `model`, confidence 0.81" in reply
     assert "````\nAssertionError: ```weird``` output\n````" in reply  # the log line cannot close the block
-    assert "```sh\npython -m pytest exir/backend/test/test_to_backend_multi_method.py\n```" in reply
+    assert f"```sh\npython -m pytest {TEST}\n```" in reply
 
 
 def test_unknown_failure_is_explained_as_such(world):
     [outcome] = world.comment("read", "/etriage explain 99")
     assert outcome.status == "refused"
-    assert "no failure `99` on this pull request" in world.replies()[0]
+    assert "no failure `99` in this pull request's etriage comment; use its number there" in world.replies()[0]
+
+
+@pytest.mark.parametrize("ref, number", [
+    ("1", 1), ("#2", 2), (TEST, 1), ("test_multi_method_two_backends", 1), ("3fa9c1", 1), ("3FA9C1D2", 1),
+    ("38f1fb", 2), ("unittest / linux", 2), ("3", None), ("0", None), ("3fa9c", None), ("nothing", None),
+])
+def test_explain_takes_the_number_in_the_comment_a_test_name_or_a_fingerprint_prefix(world, ref, number):
+    """The comment numbers the bot's own entries first, then the CI's (bot.evidence, as
+    compose_comment does); a prefix shorter than 6 or a number past the last names nothing."""
+    [outcome] = world.comment("read", f'/etriage explain "{ref}"')
+    assert outcome.status == ("answered" if number else "refused"), outcome.detail
+    if number:
+        assert outcome.detail == f"explained {number}"
+        assert world.replies()[-1].startswith(f"**{number}. ")
+
+
+def test_explain_says_what_the_comment_does_not(world):
+    [outcome] = world.comment("read", "/etriage explain 1")
+    reply = outcome.reply
+    assert "**What decided the category:**\n- rule multi-method-getitem (strength 0.9)\n- frame exir/backend/backend_api.py" in reply
+    assert "**Looks like:** `multi_method_lowering` `https://github.com/pytorch/executorch/pull/10584` (0.72)" in reply
+    assert "**On trunk:** no failure like it is recorded on trunk." in reply
+    assert "**Suspects in the diff:**\n- `exir/backend/backend_api.py:705` `to_backend`: in the traceback" in reply
+    [ci] = world.comment("read", "/etriage explain 2")
+    assert "**Evidence:** [the job log at the line](https://github.com/pytorch/executorch/actions/runs/30433642/" \
+           "job/399444496#step:4:12)" in ci.reply
+
+
+def test_ignore_by_number_ignores_that_entry_and_says_so(world):
+    [outcome] = world.comment("write", '/etriage ignore 2 --reason "timeouts on this runner"')
+    assert outcome.status == "accepted"
+    assert world.store.ignored_failures(REPO, PR) == {"38f1fbcd0675a65b": "timeouts on this runner"}
+    assert "but it is pre-existing, not counted against this change anyway" in world.replies()[-1]
+
+
+def test_a_run_on_an_unknown_target_is_answered_with_the_valid_ones(world):
+    [outcome] = world.comment("write", "/etriage run probes on qnn-sim")
+    assert outcome.status == "refused" and world.triage_calls() == []
+    [reply] = world.replies()
+    assert "unknown target `qnn-sim`; known: `host`, " in reply and "`qnn-htp-sim`" in reply
+
+
+def test_rerun_reruns_the_failed_github_actions_runs_of_the_head_and_says_what_was_queued(world):
+    log = "boom\n"
+    world.double.add_workflow_run(REPO, 501, HEAD, [{"id": 9001, "name": "pull / unittest", "conclusion": "failure", "log": log},
+                                                    {"id": 9002, "name": "pull / lint", "conclusion": "success", "log": ""}])
+    world.double.add_workflow_run(REPO, 502, HEAD, [{"id": 9003, "name": "trunk", "conclusion": "success", "log": ""}],
+                                  conclusion="success")
+    world.double.add_workflow_run(REPO, 503, BASE_SHA, [{"id": 9004, "name": "old", "conclusion": "failure", "log": log}])
+    [outcome] = world.comment("write", "/etriage rerun")
+    assert outcome.status == "accepted", outcome.detail
+    assert [r.path for r in world.double.requests_to("POST", r"/rerun-failed-jobs$")] == [
+        f"/repos/{REPO}/actions/runs/501/rerun-failed-jobs"]
+    assert world.double.jobs[(REPO, 9001)]["status"] == "queued" and world.double.jobs[(REPO, 9002)]["conclusion"] == "success"
+    assert [c["reason"] for c in world.triage_calls()] == ["rerun:failed"]
+    [reply] = world.replies()
+    assert reply.startswith("Queued: GitHub re-runs the failed jobs of `Build` run 501; etriage runs its suites")
+    # while GitHub re-runs it, another rerun says so in words (GitHub's 403), and still runs etriage's
+    [again] = world.comment("write", "/etriage rerun")
+    assert again.status == "accepted"
+    assert "Not done: no failed GitHub Actions run at `aaaaaaaaaaaa`." in world.replies()[-1]
+    world.double.finish_rerun(REPO, 501, "failure")
+    world.double.fail("POST", r"/rerun-failed-jobs$", 403, message="Resource not accessible by integration")
+    [third] = world.comment("write", "/etriage rerun")
+    reply = world.replies()[-1]
+    assert third.status == "accepted"  # etriage's own suites still run
+    assert "the bot could not re-run `Build` run 501; the operator has been told" in reply
+    assert "Resource not accessible" not in reply  # the operator's problem stays in the log
+
+
+def test_rerun_of_a_running_workflow_is_answered_not_failed(world):
+    world.double.add_workflow_run(REPO, 601, HEAD, [{"id": 9101, "name": "pull", "conclusion": "failure", "log": "x"}])
+    world.double.fail("POST", r"/rerun-failed-jobs$", 403, message="This workflow is already running")
+    world.comment("write", "/etriage rerun")
+    assert "Not done: `Build` run 601 is running again already." in world.replies()[-1]
+
+
+def test_rerun_with_a_target_runs_only_etriage_there(world):
+    world.double.add_workflow_run(REPO, 701, HEAD, [{"id": 9201, "name": "pull", "conclusion": "failure", "log": "x"}])
+    world.comment("write", "/etriage rerun --target qnn-htp-sim")
+    assert world.double.requests_to("POST", r"/rerun-failed-jobs$") == []
+    assert world.triage_calls()[-1]["targets"] == ["qnn-htp-sim"]
 
 
 def test_refusals_and_errors_make_one_reply_and_nothing_runs(world):

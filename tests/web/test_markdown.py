@@ -13,11 +13,13 @@ cmarkgfm = pytest.importorskip("cmarkgfm")
 from cmarkgfm.cmark import Options  # noqa: E402
 
 from bot import md  # noqa: E402
-from bot.commands import _explanation  # noqa: E402
+from bot.commands import explanation  # noqa: E402
+from bot.evidence import Entry  # noqa: E402
 from tasks.records import (BuildResult, CiReport, Plan, Report, SuiteResult, Suspect,  # noqa: E402
                            Verdict)
 from tasks.records import TestResult as Result  # noqa: E402  (not a test class)
 from tasks.service import report_payload  # noqa: E402
+from bot.evidence import Links  # noqa: E402
 from tasks.summary import compose_comment, render_ci_section  # noqa: E402
 from triage_rules.records import Failure  # noqa: E402
 
@@ -191,26 +193,46 @@ def test_a_whole_comment_from_hostile_records_renders_only_its_own_structure():
     assert page.headings == [
         "h2 etriage: ❌ 3 new failures caused by this change · 1 pre-existing",
         "h3 Rebuild and tests", "h4 New failures caused by this change",
-        # the failure's own heading: its title, escaped and on one line
-        f"h5 test_x #{md.JOINER}#{md.JOINER} etriage: ✅ No new failures caused by this change all good: 1 failure, in 2 probes",
         "h4 Pre-existing failures (also fail at the merge base)", "h4 Tests × targets", "h3 CI logs"]
+    # the failure's own title starts its numbered entry, escaped and on one line
+    assert f"**1.** test_x \\#{md.JOINER}\\#{md.JOINER} etriage: ✅ No new failures caused by this change all good · " in body
     assert [c.strip() for c in page.comments] == ["etriage:summary"]  # the bot's own marker, nothing hidden by a run
     assert page.mentions() == []
     assert "img" not in page.tags and "a" not in page.tags  # no image, and no link at all here
-    # <details> only the report's own: the log excerpt and what ran, each with our summary
-    assert page.tags.count("details") == 2 and page.tags.count("summary") == 2
-    assert re.findall(r"<summary>(.*?)</summary>", html) == ["log excerpt", "What ran"]
-    reproduce = "python -m pytest '" + HOSTILE["closing fence"] + "'\n"
-    assert reproduce in page.code_texts  # the id's own ``` did not close the fence
-    assert HOSTILE["closing fence"] + "\n" in page.code_texts  # the CI log line, whole, in its block
+    # <details> only the report's own: what ran, with our summary
+    assert page.tags.count("details") == 1 and page.tags.count("summary") == 1
+    assert [s.split(":")[0] for s in re.findall(r"<summary>(.*?)</summary>", html)] == ["What ran"]
+    folded = " ".join(HOSTILE["closing fence"].split("\n"))
+    assert f"python -m pytest '{folded}'" in page.code_texts  # the id's own ``` did not close the span
+    assert folded in page.code_texts  # the CI log line, whole, in its span
+    assert [line.split(" ")[0] for line in body.splitlines() if "**1.**" in line or "**2.**" in line
+            or "**3.**" in line] == ["**1.**", "-", "-"]  # one numbering over both sections, in order
+
+
+def test_hostile_records_link_only_to_the_bots_own_evidence():
+    """With a public URL every entry links its evidence; names from the run never make a link."""
+    links = Links("https://etriage.example", "pytorch/executorch", 7)
+    payload = report_payload("a" * 40, hostile_report(), evidence=links)
+    html = render(compose_comment("a" * 40, {"pr": payload.section}, {"pr": payload.counts}))
+    hrefs = re.findall(r'<a href="([^"]*)"', html)
+    assert hrefs and all(h.startswith("https://etriage.example/") for h in hrefs), hrefs
+    assert "https://etriage.example/evidence/pytorch/executorch/7/" + "a" * 40 + "/f00d" not in hrefs  # too short
+    assert Links("https://etriage.example", "pytorch/executorch)](x", 7).artefact("a" * 40, "f00dbeef") == ""
 
 
 def test_the_check_run_summary_and_an_explain_reply_are_escaped_too():
     payload = report_payload("a" * 40, hostile_report(), notes=[HOSTILE["fake heading"], HOSTILE["tracking pixel"]])
-    for markdown in (payload.check_summary, _explanation({
-            "title": HOSTILE["fake heading"], "category": HOSTILE["details"], "test": HOSTILE["closing fence"],
-            "line": HOSTILE["closing fence"], "explanation": HOSTILE["team mention"],
-            "suggestion": HOSTILE["hidden command"], "reproduce": HOSTILE["closing fence"]})):
+    evil = HOSTILE
+    entry = Entry(kind="pr", verdict="new", title=evil["fake heading"], category=evil["details"],
+                  tests=[evil["closing fence"]], fingerprints=["f00dbeef"], primary_line=evil["closing fence"],
+                  decided_by=evil["team mention"], decision=[evil["hidden command"], evil["tracking pixel"]],
+                  looks_like=[{"category": evil["details"], "source": evil["link"], "similarity": 0.5}],
+                  suspects=[{"path": evil["closing fence"], "line": 3, "symbol": evil["team mention"],
+                             "reason": evil["markdown image"]}],
+                  explanation=evil["team mention"], suggestion=evil["hidden command"], reproduce=evil["closing fence"],
+                  link="javascript:alert(1)")
+    for markdown in (payload.check_summary, explanation(1, entry, {"id": evil["details"], "trunk_failures": 2})):
         page = Html(render(markdown))
         assert page.headings == [] and page.comments == [] and page.mentions() == []
         assert set(page.tags) <= ALLOWED_TAGS, set(page.tags) - ALLOWED_TAGS
+        assert "javascript:" not in render(markdown).replace("javascript:alert(1)</code>", "")

@@ -59,7 +59,9 @@ def test_every_variable_is_read(tmp_path):
         "ETRIAGE_DATA_DIR": str(tmp_path / "data"), "ETRIAGE_BOT_LOGIN": "qnn-triage[bot]",
         "ETRIAGE_MAX_BODY_BYTES": "1048576", "ETRIAGE_DELIVERY_TTL_SECONDS": "3600",
         "ETRIAGE_REPO_PATHS": "pytorch/executorch=/src/et, me/fork = ~/fork",
+        "ETRIAGE_PUBLIC_URL": " https://etriage.example.org/bot/ ",
     })
+    assert settings.public_url == "https://etriage.example.org/bot"
     assert settings.webhook_secrets == ("new", "old")
     assert settings.github_api_url == "http://127.0.0.1:9/api"
     assert (settings.github_app_id, settings.github_private_key_path) == ("12345", str(key))
@@ -94,6 +96,13 @@ def test_every_variable_is_read(tmp_path):
     ({"ETRIAGE_REPO_PATHS": "pytorch/executorch"}, "ETRIAGE_REPO_PATHS entry 'pytorch/executorch' is not owner/name=/path/to/clone"),
     ({"ETRIAGE_REPO_PATHS": "executorch=/src"}, "ETRIAGE_REPO_PATHS entry 'executorch=/src' is not owner/name=/path/to/clone"),
     ({"ETRIAGE_REPO_PATHS": "a/b="}, "ETRIAGE_REPO_PATHS entry 'a/b=' is not owner/name=/path/to/clone"),
+    # the prefix of every link in the PR comment: an http(s) address and nothing a link could carry
+    ({"ETRIAGE_PUBLIC_URL": "etriage.example.org"}, "ETRIAGE_PUBLIC_URL must be an http(s) address"),
+    ({"ETRIAGE_PUBLIC_URL": "javascript:alert(1)"}, "ETRIAGE_PUBLIC_URL must be an http(s) address"),
+    ({"ETRIAGE_PUBLIC_URL": "https://e.org/?next=x"}, "ETRIAGE_PUBLIC_URL must be an http(s) address"),
+    ({"ETRIAGE_PUBLIC_URL": "https://e.org/a)b"}, "ETRIAGE_PUBLIC_URL must be an http(s) address"),
+    ({"ETRIAGE_PUBLIC_URL": "https://u:pw@e.org"}, "ETRIAGE_PUBLIC_URL must be an http(s) address like "
+                                                    "https://etriage.example.org, got 'https://u:***@e.org'"),
 ])
 def test_bad_settings_are_one_clear_line(change, message):
     environ = {**BASE, **change}
