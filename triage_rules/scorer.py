@@ -12,14 +12,21 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from triage_rules.records import CATEGORIES
 
-FORMAT = 1
+FORMAT = 2
+# A structural signal (structure.yaml) is evidence for the category the training records that
+# show it mostly have: P(category | signal), smoothed toward the categories' shares by
+# SIGNAL_PRIOR pseudo-records; it points there when that is at least SIGNAL_FLOOR and at
+# least SIGNAL_SUPPORT training records show it.
+SIGNAL_PRIOR = 2.0
+SIGNAL_FLOOR = 0.5
+SIGNAL_SUPPORT = 3
 NEAREST = 3
 NEAREST_FLOOR = 0.25  # cosine similarity below this is not "looks like"
 # Thin evidence (a bare `AssertionError`) says little: probabilities are shrunk toward uniform by
@@ -41,6 +48,8 @@ class Opinion:
     probabilities: dict[str, float]
     nearest: tuple[Neighbour, ...]
     reasons: tuple[str, ...] = ()  # the features that weigh most for the top category
+    # category -> (learned weight, the signals that point to it, with their weight and support)
+    structure: dict[str, tuple[float, tuple[str, ...]]] = field(default_factory=dict)
 
     @property
     def ranked(self) -> list[tuple[str, float]]:
@@ -91,7 +100,7 @@ class Scorer:
 
     def __init__(self, blocks: list[Block], coef: np.ndarray, intercept: np.ndarray, classes: list[str],
                  examples: tuple[np.ndarray, np.ndarray, np.ndarray, int], example_info: list[tuple[str, str, str]],
-                 key: str = "") -> None:
+                 key: str = "", signal_ids: list[str] = (), signal_counts: np.ndarray | None = None) -> None:
         self.blocks = blocks
         self.coef = coef  # (features, classes)
         self.intercept = intercept
@@ -100,6 +109,37 @@ class Scorer:
         self.example_indptr, self.example_rows, self.example_values, self.example_count = examples
         self.example_info = example_info
         self.key = key
+        # training records per (structural signal, class): what each signal's weight is learnt from
+        self.signal_ids = list(signal_ids)
+        self.signal_counts = (np.zeros((0, len(classes))) if signal_counts is None
+                              else np.asarray(signal_counts, dtype=np.float64))
+
+    def pointing(self, found: list[str]) -> dict[str, tuple[float, tuple[str, ...]]]:
+        """category -> (weight, signals) for the signals in `found` that point somewhere: the
+        learned P(category | signal), the strongest signal's when several point one way."""
+        if not len(self.signal_counts):
+            return {}
+        shares = self.signal_counts.sum(axis=0) + 1.0
+        shares /= shares.sum()
+        out: dict[str, tuple[float, tuple[str, ...]]] = {}
+        row_of = {s: i for i, s in enumerate(self.signal_ids)}
+        for signal in found:
+            if signal not in row_of:
+                continue
+            counts = self.signal_counts[row_of[signal]]
+            support = float(counts.sum())
+            if support < SIGNAL_SUPPORT:
+                continue
+            learned = (counts + SIGNAL_PRIOR * shares) / (support + SIGNAL_PRIOR)
+            best = int(np.argmax(learned))
+            weight = float(learned[best])
+            if weight < SIGNAL_FLOOR:
+                continue
+            category = self.classes[best]
+            said = f"{signal} {weight:.2f} ({int(counts[best])} of {int(support)} training records)"
+            old_weight, old_said = out.get(category, (0.0, ()))
+            out[category] = (max(weight, old_weight), (*old_said, said))
+        return out
 
     def vector(self, tokens: list[list[str]]) -> dict[int, float]:
         out: dict[int, float] = {}
@@ -124,7 +164,9 @@ class Scorer:
         full = {category: (1 - keep) / len(CATEGORIES) for category in CATEGORIES}
         for category, p in zip(self.classes, probs):
             full[category] += keep * float(p)
-        return Opinion(full, self._nearest(vector), self._reasons(vector, int(np.argmax(probs))))
+        signals = [t[2:] for t in tokens[0] if t.startswith("s:")] if tokens else []
+        return Opinion(full, self._nearest(vector), self._reasons(vector, int(np.argmax(probs))),
+                       self.pointing(signals))
 
     def _reasons(self, vector: dict[int, float], klass: int, count: int = 4) -> tuple[str, ...]:
         """The word-block features that pull most toward class `klass` (against the mean class)."""
@@ -170,6 +212,7 @@ class Scorer:
             "example_indptr": self.example_indptr, "example_rows": self.example_rows,
             "example_values": self.example_values, "example_count": np.array([self.example_count]),
             "example_info": np.array(self.example_info, dtype=str).reshape(-1, 3),
+            "signal_ids": np.array(self.signal_ids, dtype=str), "signal_counts": self.signal_counts,
         }
         for index, block in enumerate(self.blocks):
             terms = sorted(block.vocabulary, key=block.vocabulary.get)
@@ -195,5 +238,6 @@ class Scorer:
             info = [tuple(row) for row in data["example_info"].tolist()]
             return cls(blocks, data["coef"], data["intercept"], data["classes"].tolist(),
                        (data["example_indptr"], data["example_rows"], data["example_values"],
-                        int(data["example_count"][0])), info, key)
+                        int(data["example_count"][0])), info, key,
+                       data["signal_ids"].tolist(), data["signal_counts"])
 

@@ -4,6 +4,8 @@ evidence that decided is shown. The multi-method SpecViolationError is the first
 failure (`to_backend(MethodProgramsPartitionerSpec(...))` rejecting `fused_first_tag1`)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tasks.pipeline import compare
@@ -55,8 +57,12 @@ def test_a_multi_method_spec_violation_in_a_ci_log_is_multi_method_lowering():
     assert failure.exception.endswith("SpecViolationError")
     assert failure.category == "multi_method_lowering" and not failure.unsure
     assert failure.decided_by in ("structure", "model")
-    assert any("method_programs point to multi_method_lowering" in reason for reason in failure.decision)
-    assert any("export-spec-violation` (weak)" in reason for reason in failure.decision)
+    assert failure.decision[0] == f"{failure.decided_by} decided multi_method_lowering"
+    [structure] = [reason for reason in failure.decision if reason.startswith("structure points to")]
+    # the deciding evidence with its learned weight: P(category | signal) over the training records
+    assert re.match(r"structure points to multi_method_lowering \(weight 0\.\d\d\): learned from .*method_programs "
+                    r"0\.\d\d \(\d+ of \d+ training records\)", structure), structure
+    assert any("export-spec-violation` (weak, weight 0.0)" in reason for reason in failure.decision)
 
 
 def test_a_multi_method_spec_violation_in_the_bots_own_run_is_multi_method_lowering():
