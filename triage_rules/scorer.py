@@ -17,14 +17,17 @@ from pathlib import Path
 
 import numpy as np
 
+from triage_rules import structure
 from triage_rules.records import CATEGORIES
 
 FORMAT = 2
 # A structural signal (structure.yaml) is evidence for the category the training records that
-# show it mostly have: P(category | signal), smoothed toward the categories' shares by
-# SIGNAL_PRIOR pseudo-records; it points there when that is at least SIGNAL_FLOOR and at
-# least SIGNAL_SUPPORT training records show it.
-SIGNAL_PRIOR = 2.0
+# show it mostly have: P(category | signal) learnt from those records, starting from
+# SIGNAL_PRIOR pseudo-records of what the table expects (`points_to`: SIGNAL_BELIEF of them in
+# that category; none: the categories' shares). It points there when that is more than
+# SIGNAL_FLOOR and, for a signal the table gives no direction, SIGNAL_SUPPORT records show it.
+SIGNAL_PRIOR = 4.0
+SIGNAL_BELIEF = 0.9
 SIGNAL_FLOOR = 0.5
 SIGNAL_SUPPORT = 3
 NEAREST = 3
@@ -114,29 +117,32 @@ class Scorer:
         self.signal_counts = (np.zeros((0, len(classes))) if signal_counts is None
                               else np.asarray(signal_counts, dtype=np.float64))
 
-    def pointing(self, found: list[str]) -> dict[str, tuple[float, tuple[str, ...]]]:
+    def pointing(self, found: list[str], expected: dict[str, str] | None = None) -> dict[str, tuple[float, tuple[str, ...]]]:
         """category -> (weight, signals) for the signals in `found` that point somewhere: the
-        learned P(category | signal), the strongest signal's when several point one way."""
-        if not len(self.signal_counts):
-            return {}
-        shares = self.signal_counts.sum(axis=0) + 1.0
+        learned P(category | signal), the strongest signal's when several point one way.
+        `expected`: signal -> the category the table expects (structure.yaml `points_to`)."""
+        expected = structure.expected() if expected is None else expected
+        shares = (self.signal_counts.sum(axis=0) if len(self.signal_counts) else np.zeros(len(self.classes))) + 1.0
         shares /= shares.sum()
         out: dict[str, tuple[float, tuple[str, ...]]] = {}
         row_of = {s: i for i, s in enumerate(self.signal_ids)}
         for signal in found:
-            if signal not in row_of:
-                continue
-            counts = self.signal_counts[row_of[signal]]
+            counts = self.signal_counts[row_of[signal]] if signal in row_of else np.zeros(len(self.classes))
             support = float(counts.sum())
-            if support < SIGNAL_SUPPORT:
+            prior = shares
+            if expected.get(signal) in self.classes:
+                prior = (1 - SIGNAL_BELIEF) * shares
+                prior[self.classes.index(expected[signal])] += SIGNAL_BELIEF
+            elif support < SIGNAL_SUPPORT:
                 continue
-            learned = (counts + SIGNAL_PRIOR * shares) / (support + SIGNAL_PRIOR)
+            learned = (counts + SIGNAL_PRIOR * prior) / (support + SIGNAL_PRIOR)
             best = int(np.argmax(learned))
             weight = float(learned[best])
-            if weight < SIGNAL_FLOOR:
+            if weight <= SIGNAL_FLOOR:
                 continue
             category = self.classes[best]
-            said = f"{signal} {weight:.2f} ({int(counts[best])} of {int(support)} training records)"
+            table = "table + " if signal in expected else ""
+            said = f"{signal} {weight:.2f} ({table}{int(counts[best])} of {int(support)} training records)"
             old_weight, old_said = out.get(category, (0.0, ()))
             out[category] = (max(weight, old_weight), (*old_said, said))
         return out
