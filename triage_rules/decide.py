@@ -24,7 +24,7 @@ import yaml
 from triage_rules.scorer import Opinion
 from triage_rules.records import CATEGORIES, Failure
 from triage_rules.rules import owners_of, rules_by_id
-from triage_rules.structure import found_in, pointed_to
+from triage_rules.structure import found_in
 
 WEIGHT = {"strong": 0.4, "weak": 0.0}
 RULE_PRIOR = {"strong": 0.8, "weak": 0.3}  # how often such a rule alone is right
@@ -82,15 +82,17 @@ def decide(failure: Failure, opinion: Opinion | None, calibrate: bool = True) ->
     strength = rule.strength if rule is not None else "weak"
     signals = found_in(failure)
     # an environment verdict (SDK missing, backend not registered) is never re-read as the area's
-    # or the structure's category
-    pointed = {} if failure.environment else pointed_to(signals)
+    # or the structure's category; a signal's weight is learnt from the corpus (Scorer.pointing)
+    pointed = {} if failure.environment or opinion is None else opinion.structure
     guarded = None if failure.environment else guarded_area(failure.test or "")
-    evidence = [f"rule `{failure.rule}` ({strength}) says {failure.category}"]
-    if signals:
-        evidence.append("structure: " + ", ".join(signals)
-                        + "".join(f"; {', '.join(ids)} point to {c}" for c, ids in pointed.items()))
+    evidence = [f"rule `{failure.rule}` ({strength}, weight {WEIGHT.get(strength, 1.0):.1f}) says {failure.category}"]
+    if pointed:
+        evidence += [f"structure points to {c} (weight {STRUCTURE_WEIGHT * w:.2f}): learned from "
+                     + ", ".join(said) for c, (w, said) in sorted(pointed.items(), key=lambda kv: -kv[1][0])]
+    elif signals:
+        evidence.append("structure: " + ", ".join(signals) + " (no learned direction)")
     if guarded:
-        evidence.append(f"the failing test guards {guarded}")
+        evidence.append(f"the failing test guards {guarded} (weight {AREA_WEIGHT:.1f})")
     failure.unsure = []
     if opinion is None or strength == "certain" or not failure.line.strip():
         failure.decided_by = failure.rule
@@ -103,7 +105,7 @@ def decide(failure: Failure, opinion: Opinion | None, calibrate: bool = True) ->
     ]
     probabilities = opinion.probabilities
     scores = {c: p + (WEIGHT[strength] if c == failure.category else 0.0) + (AREA_WEIGHT if c == guarded else 0.0)
-              + (STRUCTURE_WEIGHT if c in pointed else 0.0)
+              + STRUCTURE_WEIGHT * pointed.get(c, (0.0,))[0]
               for c, p in probabilities.items()}
     if rule is not None and rule.crash:  # a crash is what the change can cause: never excused
         scores = {c: s for c, s in scores.items() if not category_texts()[c].get("environment")}

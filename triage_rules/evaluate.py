@@ -132,14 +132,16 @@ def evaluate(records: list[Record], model: Scorer | None, calibrate: bool = True
     return report
 
 
-def cross_validate(records: list[Record], folds: int = 5, calibrate: bool = True, **params) -> list[Report]:
-    """Grouped K-fold by thread over `records`: per fold, train on the rest and evaluate."""
+def cross_validate(records: list[Record], folds: int = 5, calibrate: bool = True, extra: list[Record] = (),
+                   **params) -> list[Report]:
+    """Grouped K-fold by thread over `records`: per fold, train on the rest (and on `extra`,
+    training-only records of other threads) and evaluate."""
     from sklearn.model_selection import GroupKFold  # deferred: scikit-learn is heavy (model.py)
 
     groups = [r.thread for r in records]
     results = []
     for fit_index, test_index in GroupKFold(n_splits=folds).split(records, groups=groups):
-        model = train([records[i] for i in fit_index], failure_of_excerpt, **params)
+        model = train([records[i] for i in fit_index] + list(extra), failure_of_excerpt, **params)
         results.append(evaluate([records[i] for i in test_index], model, calibrate))
     return results
 
@@ -176,7 +178,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="training records, files joined by ':' (default: the shipped train.jsonl and "
                              "generated.jsonl)")
     parser.add_argument("--cv", type=int, metavar="K", default=0,
-                        help="grouped K-fold cross-validation on CORPUS instead (use the training part)")
+                        help="grouped K-fold cross-validation on CORPUS instead (use the training part); "
+                             "every fold also trains on --train's records of other threads (generated.jsonl)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--calibrate", action="store_true",
                         help="with --cv: fit the confidence calibration on the folds' raw confidences and "
@@ -186,17 +189,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         records = load_corpus(args.corpus)
+        threads = {r.thread for r in records}
+        # training records of other threads: with --cv, every fold trains on them too
+        training = [r for path in args.train.split(os.pathsep) if path
+                    for r in load_corpus(path) if r.thread not in threads]
         if args.cv and args.calibrate:
-            knots = fit_calibration([o for r in cross_validate(records, args.cv, calibrate=False) for o in r.outcomes])
+            knots = fit_calibration([o for r in cross_validate(records, args.cv, calibrate=False, extra=training)
+                                     for o in r.outcomes])
             write_calibration(knots, args.corpus, args.cv)
             print(f"calibration: {len(knots)} knots written to {CALIBRATION_FILE}", file=sys.stderr)
             calibration.cache_clear()
         if args.cv:
-            folds = cross_validate(records, args.cv)
+            folds = cross_validate(records, args.cv, extra=training)
             summary = _mean(folds)
+            summary["trained_on"] = f"the other folds and {len(training)} training-only records"
         else:
-            threads = {r.thread for r in records}
-            training = [r for path in args.train.split(os.pathsep) for r in load_corpus(path) if r.thread not in threads]
             model = train(training, failure_of_excerpt) if training else None
             summary = evaluate(records, model).summary()
             summary["trained_on"] = len(training)

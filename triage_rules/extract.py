@@ -46,6 +46,12 @@ _PREFILTER = LinePrefilter(PREFILTER_LITERALS)
 _TRACEBACK = b"Traceback (most recent call last)"
 _CAUSE = b"The above exception was the direct cause"
 _FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?', re.M)
+# pytest's own traceback (`--tb=short`, and `auto`'s middle entries): "path.py:772: in _"; the
+# long form's entries end on "path.py:286: SpecViolationError". A section header ("____ test ____")
+# starts the test's report: no frame above it is the failure's.
+_PYTEST_FRAME_RE = re.compile(r"^(?P<file>[^\s:\"']+\.py):(?P<line>\d+): (?:in (?P<func>[\w.<>]+)|[\w.]+)\s*$", re.M)
+_PYTEST_SECTION = re.compile(rb"\n_{3,} [^\n]* _{3,}\n")
+PYTEST_WINDOW = 1 << 13
 _WRAPPER_KINDS = frozenset({"gha_exit", "wrapper", "build_wrapper", "summary", "section", "gha_timeout"})
 _EXIT_KINDS = frozenset({"gha_exit", "wrapper"})
 _TEST_KEY_RE = re.compile(r"^(.*?)(\[.*\])?$")
@@ -272,7 +278,7 @@ def _python_traceback(buf: bytes, ls: int) -> tuple[list[Frame], bool]:
     raised during teardown (`Exception ignored in ...`)."""
     header = buf.rfind(_TRACEBACK, max(0, ls - TRACEBACK_WINDOW), ls)
     if header < 0:
-        return [], False
+        return _pytest_frames(buf, ls), False
     body = buf[header:ls].decode("utf-8", "replace").split("\n")[1:-1]
     stray = sum(1 for raw in body if (text := clean_line(raw)) and not text[0].isspace())
     if stray > 3:
@@ -283,6 +289,17 @@ def _python_traceback(buf: bytes, ls: int) -> tuple[list[Frame], bool]:
     ]
     teardown = buf.find(b"Exception ignored", max(0, header - 400), header) >= 0
     return frames[-MAX_FRAMES:], teardown
+
+
+def _pytest_frames(buf: bytes, ls: int) -> list[Frame]:
+    """The frames of pytest's report of the exception line at `ls` ("E   SpecViolationError:
+    ..."), read back to the test's section header."""
+    start = max(0, ls - PYTEST_WINDOW)
+    sections = list(_PYTEST_SECTION.finditer(buf, start, ls))
+    body = buf[sections[-1].end() if sections else start:ls].decode("utf-8", "replace")
+    frames = [Frame(m.group("file"), int(m.group("line")), m.group("func") or "")
+              for m in _PYTEST_FRAME_RE.finditer("\n".join(clean_line(raw) for raw in body.split("\n")))]
+    return frames[-MAX_FRAMES:]
 
 
 def _last_output_before(buf: bytes, ls: int, line_no: int) -> Candidate | None:

@@ -146,8 +146,14 @@ class FailureModel:
                     by_column.data.astype(np.float64), word_matrix.shape[0])
         info = [(r.source, r.category, r.failure_line) for r in records] if records else []
         coef = np.ascontiguousarray(classifier.coef_.T, dtype=np.float64)
+        classes = [str(c) for c in classifier.classes_]
+        signal_ids = sorted({signal for d in docs for signal in d.get("structure", "").split()})
+        counts = np.zeros((len(signal_ids), len(classes)))
+        for doc, label in zip(docs, labels):
+            for signal in set(doc.get("structure", "").split()):
+                counts[signal_ids.index(signal), classes.index(label)] += 1
         return Scorer(blocks, coef, np.asarray(classifier.intercept_, dtype=np.float64),
-                      [str(c) for c in classifier.classes_], examples, info)
+                      classes, examples, info, signal_ids=signal_ids, signal_counts=counts)
 
 
 def train(records: list[Record], read: Callable[[str], Failure], **params) -> Scorer:

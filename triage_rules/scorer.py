@@ -12,14 +12,24 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from triage_rules import structure
 from triage_rules.records import CATEGORIES
 
-FORMAT = 1
+FORMAT = 2
+# A structural signal (structure.yaml) is evidence for the category the training records that
+# show it mostly have: P(category | signal) learnt from those records, starting from
+# SIGNAL_PRIOR pseudo-records of what the table expects (`points_to`: SIGNAL_BELIEF of them in
+# that category; none: the categories' shares). It points there when that is more than
+# SIGNAL_FLOOR and, for a signal the table gives no direction, SIGNAL_SUPPORT records show it.
+SIGNAL_PRIOR = 4.0
+SIGNAL_BELIEF = 0.9
+SIGNAL_FLOOR = 0.5
+SIGNAL_SUPPORT = 3
 NEAREST = 3
 NEAREST_FLOOR = 0.25  # cosine similarity below this is not "looks like"
 # Thin evidence (a bare `AssertionError`) says little: probabilities are shrunk toward uniform by
@@ -41,6 +51,8 @@ class Opinion:
     probabilities: dict[str, float]
     nearest: tuple[Neighbour, ...]
     reasons: tuple[str, ...] = ()  # the features that weigh most for the top category
+    # category -> (learned weight, the signals that point to it, with their weight and support)
+    structure: dict[str, tuple[float, tuple[str, ...]]] = field(default_factory=dict)
 
     @property
     def ranked(self) -> list[tuple[str, float]]:
@@ -91,7 +103,7 @@ class Scorer:
 
     def __init__(self, blocks: list[Block], coef: np.ndarray, intercept: np.ndarray, classes: list[str],
                  examples: tuple[np.ndarray, np.ndarray, np.ndarray, int], example_info: list[tuple[str, str, str]],
-                 key: str = "") -> None:
+                 key: str = "", signal_ids: list[str] = (), signal_counts: np.ndarray | None = None) -> None:
         self.blocks = blocks
         self.coef = coef  # (features, classes)
         self.intercept = intercept
@@ -100,6 +112,40 @@ class Scorer:
         self.example_indptr, self.example_rows, self.example_values, self.example_count = examples
         self.example_info = example_info
         self.key = key
+        # training records per (structural signal, class): what each signal's weight is learnt from
+        self.signal_ids = list(signal_ids)
+        self.signal_counts = (np.zeros((0, len(classes))) if signal_counts is None
+                              else np.asarray(signal_counts, dtype=np.float64))
+
+    def pointing(self, found: list[str], expected: dict[str, str] | None = None) -> dict[str, tuple[float, tuple[str, ...]]]:
+        """category -> (weight, signals) for the signals in `found` that point somewhere: the
+        learned P(category | signal), the strongest signal's when several point one way.
+        `expected`: signal -> the category the table expects (structure.yaml `points_to`)."""
+        expected = structure.expected() if expected is None else expected
+        shares = (self.signal_counts.sum(axis=0) if len(self.signal_counts) else np.zeros(len(self.classes))) + 1.0
+        shares /= shares.sum()
+        out: dict[str, tuple[float, tuple[str, ...]]] = {}
+        row_of = {s: i for i, s in enumerate(self.signal_ids)}
+        for signal in found:
+            counts = self.signal_counts[row_of[signal]] if signal in row_of else np.zeros(len(self.classes))
+            support = float(counts.sum())
+            prior = shares
+            if expected.get(signal) in self.classes:
+                prior = (1 - SIGNAL_BELIEF) * shares
+                prior[self.classes.index(expected[signal])] += SIGNAL_BELIEF
+            elif support < SIGNAL_SUPPORT:
+                continue
+            learned = (counts + SIGNAL_PRIOR * prior) / (support + SIGNAL_PRIOR)
+            best = int(np.argmax(learned))
+            weight = float(learned[best])
+            if weight <= SIGNAL_FLOOR:
+                continue
+            category = self.classes[best]
+            table = "table + " if signal in expected else ""
+            said = f"{signal} {weight:.2f} ({table}{int(counts[best])} of {int(support)} training records)"
+            old_weight, old_said = out.get(category, (0.0, ()))
+            out[category] = (max(weight, old_weight), (*old_said, said))
+        return out
 
     def vector(self, tokens: list[list[str]]) -> dict[int, float]:
         out: dict[int, float] = {}
@@ -124,7 +170,9 @@ class Scorer:
         full = {category: (1 - keep) / len(CATEGORIES) for category in CATEGORIES}
         for category, p in zip(self.classes, probs):
             full[category] += keep * float(p)
-        return Opinion(full, self._nearest(vector), self._reasons(vector, int(np.argmax(probs))))
+        signals = [t[2:] for t in tokens[0] if t.startswith("s:")] if tokens else []
+        return Opinion(full, self._nearest(vector), self._reasons(vector, int(np.argmax(probs))),
+                       self.pointing(signals))
 
     def _reasons(self, vector: dict[int, float], klass: int, count: int = 4) -> tuple[str, ...]:
         """The word-block features that pull most toward class `klass` (against the mean class)."""
@@ -170,6 +218,7 @@ class Scorer:
             "example_indptr": self.example_indptr, "example_rows": self.example_rows,
             "example_values": self.example_values, "example_count": np.array([self.example_count]),
             "example_info": np.array(self.example_info, dtype=str).reshape(-1, 3),
+            "signal_ids": np.array(self.signal_ids, dtype=str), "signal_counts": self.signal_counts,
         }
         for index, block in enumerate(self.blocks):
             terms = sorted(block.vocabulary, key=block.vocabulary.get)
@@ -195,5 +244,6 @@ class Scorer:
             info = [tuple(row) for row in data["example_info"].tolist()]
             return cls(blocks, data["coef"], data["intercept"], data["classes"].tolist(),
                        (data["example_indptr"], data["example_rows"], data["example_values"],
-                        int(data["example_count"][0])), info, key)
+                        int(data["example_count"][0])), info, key,
+                       data["signal_ids"].tolist(), data["signal_counts"])
 

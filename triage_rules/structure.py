@@ -58,6 +58,11 @@ def found_in(failure: Failure) -> list[str]:
     return found
 
 
+def expected() -> dict[str, str]:
+    """signal id -> the category the table expects it to point to (the learned weight's prior)."""
+    return {s.id: s.points_to for s in signals() if s.points_to}
+
+
 def pointed_to(ids: list[str]) -> dict[str, list[str]]:
     """category -> the signals among `ids` that point to it."""
     by_id = {s.id: s for s in signals()}

@@ -22,13 +22,12 @@ import hashlib
 import re
 
 from tasks.records import VERDICTS, SuiteResult, TestResult, Verdict
-from triage_rules.fingerprint import fingerprint, normalise
 from triage_rules.records import Failure
+from triage_rules.roots import root_keys
 
 FAILED = ("failed", "error")
 Key = tuple[str, str, str]  # (suite, target, test)
 _MISSING = re.compile(r"No module named '([\w.]+)'")
-_PROBE_PROBLEM = re.compile(r"ProbeFailure: \[(?P<category>\w+)\] [^:]+: (?P<problem>[^:]+): ")
 # What excuses the change; a `new` verdict never says it (the category's text is for a
 # confident environment verdict, and a model only leaning to ci_infra is not one).
 _EXCUSE = re.compile(r"(?i)not (?:caused by )?(?:the|this) change|not the change's|not failed by the change"
@@ -142,31 +141,31 @@ def decide_ci(found: list[tuple[dict, Failure]], base_fingerprints: set[str]) ->
     return assign_roots(verdicts)
 
 
-def root_of(failure: Failure) -> str:
-    """What makes two failures one: the exception's name and the message's shape (volatile
-    parts normalised), whichever test, probe, target or job showed it; the fingerprint when
-    there is no message. A probe's failure reads "[category] what it lowered: problem: details":
-    probes that found the same problem are one root whatever program they lowered."""
-    probe = _PROBE_PROBLEM.search(failure.line)
-    if probe:
-        return fingerprint("probe", probe["category"], normalise(probe["problem"]))
-    message = (failure.message or "").strip()
-    if not message:
-        return failure.fingerprint
-    exception = (failure.exception or "").rsplit(".", 1)[-1]
-    return fingerprint("root", exception, normalise(message))
-
-
 def assign_roots(verdicts: list[Verdict]) -> list[Verdict]:
-    """Give each verdict its root (see root_of). Verdicts sharing a fingerprint share a root
-    too: a pytest summary line and its traceback, or a failure whose message differs only in
-    what the fingerprint normalises away."""
-    by_fingerprint: dict[str, str] = {}
+    """Give each verdict its root: verdicts sharing a fingerprint or any root key
+    (triage_rules.roots: the same exception and message; the same raise site and message shape;
+    the same probe problem) are one root, joined transitively and named by its oldest key."""
+    parent: dict[str, str] = {}  # key -> a key of the same root seen earlier
+    seen: dict[str, int] = {}  # key -> when it was first seen
+
+    def find(key: str) -> str:
+        seen.setdefault(key, len(seen))
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    keyed = []
     for verdict in verdicts:
         if verdict.failure is None:
             verdict.root = f"{verdict.suite}/{verdict.target}/{verdict.test}"
             continue
-        verdict.root = by_fingerprint.setdefault(verdict.fingerprint, root_of(verdict.failure))
+        keys = [*root_keys(verdict.failure), f"fp:{verdict.fingerprint}"]
+        roots = sorted({find(key) for key in keys}, key=seen.__getitem__)
+        for other in roots[1:]:
+            parent[other] = roots[0]
+        keyed.append((verdict, keys[0]))
+    for verdict, key in keyed:
+        verdict.root = find(key)
     return verdicts
 
 

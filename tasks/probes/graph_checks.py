@@ -12,6 +12,11 @@ from dataclasses import dataclass, field
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
+# One check, one phrase, whichever probe runs it: a method's delegates are not those of the
+# partitioner it was given. The pipeline groups probe failures by this kind of problem
+# (triage_rules/roots.py), so the probes that caught one regression are one root cause.
+ROUTED_WRONGLY = "partitioner map routed wrongly"
+
 
 @dataclass
 class Delegate:

@@ -78,7 +78,7 @@ def _routing_problems(method_programs: dict, expected: dict[str, tuple[str, ...]
         if list(want) != got:
             given = type(partitioners[method]).__name__
             problems.append(
-                f"partitioner map routed wrongly: method '{method}' was given {given} "
+                f"{graph_checks.ROUTED_WRONGLY}: method '{method}' was given {given} "
                 f"(expects delegates {list(want) or 'none (portable)'}) but was lowered to {got or 'no delegate'}"
             )
     return problems
@@ -214,7 +214,7 @@ def two_methods_different_backends() -> dict:
     for d in graph_checks.delegates(lowered["all_first"]):
         if d.compile_specs.get("method") != b"all_first":
             problems.append(
-                f"partitioner map routed wrongly: method 'all_first' delegate {d.node} carries compile specs "
+                f"{graph_checks.ROUTED_WRONGLY}: method 'all_first' delegate {d.node} carries compile specs "
                 f"{sorted(d.compile_specs)}, not {['method']} from its own partitioner AllNodePartitioner"
             )
     data = {"delegates": _delegate_details(lowered), "runtime": "not run: demo backends are lowering-only"}

@@ -98,7 +98,8 @@ class Walk:
                 self.check(step, method, [f"expected delegates {as_lowered.get(method)} (as lowered), got {got}"])
             elif as_lowered is None and (set(got) != want or (want and not got)):
                 expected = f"only {sorted(want)}" if want else "none (portable)"
-                self.check(step, method, [f"expected delegates {expected}, got {got or 'none'}"])
+                self.check(step, method, [f"{graph_checks.ROUTED_WRONGLY}: expected delegates {expected}, "
+                                          f"got {got or 'none'}"])
             self.check(step, method, graph_checks.delegate_constant_problems(programs[method], FQNS))
         return found
 

@@ -4,12 +4,16 @@ evidence that decided is shown. The multi-method SpecViolationError is the first
 failure (`to_backend(MethodProgramsPartitionerSpec(...))` rejecting `fused_first_tag1`)."""
 from __future__ import annotations
 
+import re
+
+import numpy as np
 import pytest
 
 from tasks.pipeline import compare
 from tasks.records import TestResult as Outcome
 from triage_rules import classify_text
 from triage_rules.records import Failure, Frame
+from triage_rules.scorer import Scorer
 from triage_rules.structure import found_in, pointed_to
 
 TRACEBACK = """Traceback (most recent call last):
@@ -55,8 +59,12 @@ def test_a_multi_method_spec_violation_in_a_ci_log_is_multi_method_lowering():
     assert failure.exception.endswith("SpecViolationError")
     assert failure.category == "multi_method_lowering" and not failure.unsure
     assert failure.decided_by in ("structure", "model")
-    assert any("method_programs point to multi_method_lowering" in reason for reason in failure.decision)
-    assert any("export-spec-violation` (weak)" in reason for reason in failure.decision)
+    assert failure.decision[0] == f"{failure.decided_by} decided multi_method_lowering"
+    [structure] = [reason for reason in failure.decision if reason.startswith("structure points to")]
+    # the deciding evidence with its learned weight: P(category | signal) over the training records
+    assert re.match(r"structure points to multi_method_lowering \(weight 0\.\d\d\): learned from .*method_programs "
+                    r"0\.\d\d \(table \+ \d+ of \d+ training records\)", structure), structure
+    assert any("export-spec-violation` (weak, weight 0.0)" in reason for reason in failure.decision)
 
 
 def test_a_multi_method_spec_violation_in_the_bots_own_run_is_multi_method_lowering():
@@ -75,3 +83,26 @@ def test_a_probes_own_category_is_never_overruled_by_structure():
     [failure] = classify_text(text, failed=True)
     assert (failure.category, failure.decided_by, failure.confidence) == ("multi_method_lowering", "probe-failure", 1.0)
     assert "never overruled" in failure.decision[-1]
+
+
+def scorer_with(counts: dict[str, tuple[int, int]]) -> Scorer:
+    """A scorer that knows only how many training records showed each signal, per class."""
+    classes = ["multi_method_lowering", "export_failure"]
+    return Scorer([], np.zeros((0, 2)), np.zeros(2), classes, (np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                                                              np.zeros(0), 0), [],
+                  signal_ids=list(counts), signal_counts=np.array(list(counts.values()), dtype=float))
+
+
+def test_a_signals_weight_is_learnt_from_the_training_records():
+    expected = {"method_programs": "multi_method_lowering"}
+    # the table's expectation alone (no record shows the signal): the prior points
+    [(weight, _)] = scorer_with({"method_programs": (0, 0)}).pointing(["method_programs"], expected).values()
+    assert 0.85 < weight <= 0.95
+    # records that agree make it stronger; records that disagree turn it
+    assert scorer_with({"method_programs": (30, 0)}).pointing(["method_programs"], expected)[
+        "multi_method_lowering"][0] > weight
+    assert set(scorer_with({"method_programs": (0, 30)}).pointing(["method_programs"], expected)) == {"export_failure"}
+    # a signal the table gives no direction points only where enough records show it
+    assert scorer_with({"getitem": (0, 2)}).pointing(["getitem"], expected) == {}
+    assert set(scorer_with({"getitem": (0, 9)}).pointing(["getitem"], expected)) == {"export_failure"}
+    assert scorer_with({"getitem": (5, 5)}).pointing(["getitem"], expected) == {}  # no side: no evidence

@@ -96,13 +96,27 @@ DEMO_PROBES = {
         "from its own partitioner AllNodePartitioner\n",
     "multi_method::kv_cache_methods_through_passes":
         "ProbeFailure: [multi_method_lowering] prefill (XNNPACK) + decode (portable) sharing a KV cache: after "
-        "delegate lowering: method 'decode': expected delegates none (portable), got ['XnnpackBackend', "
-        "'XnnpackBackend']\n",
+        "delegate lowering: method 'decode': partitioner map routed wrongly: expected delegates none (portable), "
+        "got ['XnnpackBackend', 'XnnpackBackend']\n",
 }
 
 
-def test_probes_that_found_the_same_problem_in_different_programs_are_one_root():
+def test_the_demos_three_probes_are_one_root_cause_and_one_entry():
+    """Three programs, one found at lowering and one after the walk's delegate lowering: one
+    check (a method's delegates are not its partitioner's), one root, one entry."""
     report = own_run({("probes", name): text for name, text in DEMO_PROBES.items()})
-    assert report.summary["new"] == 2  # "partitioner map routed wrongly" twice, "after delegate lowering" once
+    assert report.summary["new"] == 1
+    assert headline(report).startswith("1 new failure caused by this change")
     markdown = to_markdown(report)
-    assert markdown.count("1 failure, in 2 probes") == 1 and markdown.count("1 failure, in 1 probe") == 1
+    assert markdown.count("1 failure, in 3 probes") == 1 and markdown.count("- **Primary line:**") == 1
+
+
+def test_probes_that_found_different_problems_stay_apart():
+    other = ("ProbeFailure: [multi_method_lowering] prefill (XNNPACK) + decode (portable) sharing a KV cache: after "
+             "to_executorch (memory planning): k_cache is one buffer shared by the methods but is planned at different "
+             "places ('decode' at mem_id 2 bytes [0, 192), 'prefill' at mem_id 2 bytes [192, 384)): what one method "
+             "writes, the other never reads\n")
+    report = own_run({("probes", "multi_method::per_method_partitioners"):
+                      DEMO_PROBES["multi_method::per_method_partitioners"],
+                      ("probes", "multi_method::kv_cache_methods_through_passes"): other})
+    assert report.summary["new"] == 2

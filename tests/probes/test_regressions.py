@@ -80,7 +80,8 @@ CASES = [
             ],
             "kv_cache_methods_through_passes": [
                 "ProbeFailure: [multi_method_lowering] prefill (XNNPACK) + decode (portable) sharing a KV cache: "
-                "after delegate lowering: method 'decode': expected delegates none (portable), got ['XnnpackBackend'",
+                "after delegate lowering: method 'decode': partitioner map routed wrongly: expected delegates none "
+                "(portable), got ['XnnpackBackend'",
             ],
         },
         passing=("shared_nodes_across_delegates",),

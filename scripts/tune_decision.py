@@ -1,0 +1,56 @@
+"""Choose the decision's weights by grouped cross-validation on the training part only (never
+on the evaluation split): the fold models are trained once, then every candidate setting of
+decide.STRUCTURE_WEIGHT and decide.AREA_WEIGHT is scored on the same held-out folds.
+
+    .venv/bin/python scripts/tune_decision.py [--corpus tests/engine/corpus/train.jsonl] [--folds 5]
+
+Prints accuracy, the focus categories' accuracy and the labelled precision per setting.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from triage_rules import decide  # noqa: E402
+from triage_rules.corpus import GENERATED_FILE, TRAIN_FILE, load_corpus  # noqa: E402
+from triage_rules.evaluate import evaluate, failure_of_excerpt, sureness  # noqa: E402
+from triage_rules.model import train  # noqa: E402
+
+STRUCTURE = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+AREA = (0.3, 0.5, 0.7)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=Path, default=TRAIN_FILE)
+    parser.add_argument("--folds", type=int, default=5)
+    args = parser.parse_args()
+    from sklearn.model_selection import GroupKFold  # deferred: heavy, and tuning only
+
+    records = load_corpus(args.corpus)
+    threads = {r.thread for r in records}
+    extra = [r for r in load_corpus(GENERATED_FILE) if r.thread not in threads] if GENERATED_FILE.exists() else []
+    folds = []
+    for fit, held in GroupKFold(n_splits=args.folds).split(records, groups=[r.thread for r in records]):
+        folds.append((train([records[i] for i in fit] + extra, failure_of_excerpt), [records[i] for i in held]))
+    print(f"{len(records)} records, {len(extra)} training-only, {args.folds} grouped folds")
+    for structure, area in itertools.product(STRUCTURE, AREA):
+        decide.STRUCTURE_WEIGHT, decide.AREA_WEIGHT = structure, area
+        outcomes = [o for model, held in folds for o in evaluate(held, model).outcomes]
+        right = sum(o.right for o in outcomes) / len(outcomes)
+        focus = {c: [o.right for o in outcomes if o.record.category == c]
+                 for c in ("multi_method_lowering", "mutable_buffer")}
+        sure = sureness(outcomes)
+        print(f"structure {structure:.1f} area {area:.1f}: accuracy {right:.1%}, "
+              + ", ".join(f"{c} {sum(v) / len(v):.1%}" for c, v in focus.items())
+              + f", labelled {sure['labelled_share']:.1%} at {sure['labelled_precision']:.1%}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
