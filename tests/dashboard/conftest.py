@@ -15,9 +15,19 @@ from bot.app import create_app
 from bot.dashboard import DashboardConfig
 from bot.history import History
 from bot.store import Store
+from etriage.dev.github_double import GitHubDouble
 from etriage.seed import PRIVATE, seed
 
 SEED_RUNS, SEED_RESULTS = 240, 4800
+CLIENT_ID, CLIENT_SECRET = "Iv1.dashboardtest", "oauth-client-secret"  # the double's OAuth app
+
+
+@pytest.fixture
+def double():
+    """The GitHub double with the dashboard's OAuth app (the login flow's tests)."""
+    with GitHubDouble() as github:
+        github.add_oauth_app(CLIENT_ID, CLIENT_SECRET)
+        yield github
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -11,18 +11,8 @@ import pytest
 import requests
 from sqlalchemy import select
 
-from etriage.dev.github_double import GitHubDouble
 from etriage.seed import PRIVATE, PUBLIC
-from tests.dashboard.conftest import CONFIG, make_app
-
-CLIENT_ID, CLIENT_SECRET = "Iv1.dashboardtest", "oauth-client-secret"
-
-
-@pytest.fixture
-def double():
-    with GitHubDouble() as github:
-        github.add_oauth_app(CLIENT_ID, CLIENT_SECRET)
-        yield github
+from tests.dashboard.conftest import CLIENT_ID, CLIENT_SECRET, CONFIG, make_app
 
 
 @pytest.fixture

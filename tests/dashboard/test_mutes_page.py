@@ -11,19 +11,11 @@ import pytest
 
 from bot import mutes
 from bot.history import RunInfo
-from etriage.dev.github_double import GitHubDouble
-from tests.dashboard.conftest import CONFIG, make_app
-from tests.dashboard.test_auth import CLIENT_ID, CLIENT_SECRET, log_in
+from tests.dashboard.conftest import CLIENT_ID, CLIENT_SECRET, CONFIG, make_app
+from tests.dashboard.test_auth import log_in
 
 REPO = "pytorch/executorch"
 CLUSTER = "c00112233445"
-
-
-@pytest.fixture
-def double():
-    with GitHubDouble() as github:
-        github.add_oauth_app(CLIENT_ID, CLIENT_SECRET)
-        yield github
 
 
 @pytest.fixture
