@@ -18,7 +18,7 @@ What makes it coherent:
   (QNN SDK, device, runner) breaks a target for some hours; flaky tests fail and pass on retry.
 - **Text.** Every failure is real text that belongs to ExecuTorch: the labelled corpus's records
   whose source is pytorch/executorch (issues, PRs and commits; tests/engine/corpus) and the bot's
-  own probe failures on patched ExecuTorch (corpus/generated.jsonl), and, for runner trouble only,
+  own probe failures on patched ExecuTorch (corpus/generated/), and, for runner trouble only,
   the infrastructure logs of PyTorch's CI, which ExecuTorch's jobs run on. Their numbers are
   redrawn like reruns print them; a few lose a letter (near-duplicates the edit distance joins).
 """
@@ -149,8 +149,8 @@ def area_of(line: str, excerpt: str, category: str) -> str | None:
 
 def _real_failures(shared: Path | None) -> list[RealFailure]:
     found = []
-    generated = corpus.TRAIN_FILE.parent / "generated.jsonl"  # the bot's own probe failures
-    for path in (corpus.TRAIN_FILE, corpus.EVAL_FILE, generated):
+    # the generated records: the bot's own failures on patched ExecuTorch
+    for path in (corpus.TRAIN_FILE, corpus.EVAL_FILE, *corpus.generated_files()):
         if path.is_file():
             for line in path.read_text().splitlines():
                 record = json.loads(line)

@@ -5,7 +5,7 @@ with pytest, and every test that fails there but passes on the unpatched package
 corpus record of what pytest printed (a CI log's text, and the bot's own run's), with its
 provenance: the patch, the test, the ExecuTorch version, the file the patch touched.
 
-    .venv/bin/python scripts/pytest_records.py [--patch NAME ...] [--out tests/engine/corpus/generated.jsonl]
+    .venv/bin/python scripts/pytest_records.py [--patch NAME ...] [--out tests/engine/corpus/generated/tests_on_patched_executorch.jsonl]
 
 Records are appended to --out, replacing that file's earlier records of the same patches.
 Their sources are the patched ExecuTorch files, never an issue or pull request of the
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from regression_records import OUT, PATCH_DIRS, expected_category, overlay_for, touched  # noqa: E402
+from regression_records import PATCH_DIRS, expected_category, overlay_for, touched  # noqa: E402
 from tasks.pipeline import overlay  # noqa: E402
 from triage_rules.corpus import load_corpus  # noqa: E402
 from triage_rules.roots import shape  # noqa: E402
@@ -48,6 +48,7 @@ AREA_TESTS = {
         ("exir/backend/test/test_partitioner.py", "buffer or mutable"),
     ],
 }
+OUT = REPO / "tests" / "engine" / "corpus" / "generated" / "tests_on_patched_executorch.jsonl"
 MAX_LINES = 38  # an excerpt is 2 to 40 lines (the corpus's rule)
 PER_PATCH = 8  # at most this many records of one patch, each a different message shape
 _EXCEPTION_LINE = re.compile(r"^E\s+(?:[\w.]+\.)?\w*(?:Error|Exception|Violation\w*)\b|^E\s+\w+Error:")

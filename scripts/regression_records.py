@@ -4,7 +4,7 @@ run on it in a subprocess, and every probe that failed with a native exception (
 from ExecuTorch or torch, not etriage's own ProbeFailure text) becomes a corpus record, with
 its provenance: the patch, the probe, the ExecuTorch version, the file the patch touched.
 
-    .venv/bin/python scripts/regression_records.py [--patch NAME ...] [--out tests/engine/corpus/generated.jsonl]
+    .venv/bin/python scripts/regression_records.py [--patch NAME ...] [--out tests/engine/corpus/generated/probes_on_patched_executorch.jsonl]
 
 The records' sources are ExecuTorch files, never an issue or pull request of the evaluation
 split, so `etriage eval` keeps measuring on threads the model never learnt from.
@@ -32,7 +32,7 @@ from triage_rules.corpus import load_corpus  # noqa: E402
 # the probes' own (by --patch NAME: they fail with etriage's ProbeFailure text, so no records).
 CORPUS_PATCHES = REPO / "tests" / "engine" / "corpus" / "regressions"
 PATCH_DIRS = (CORPUS_PATCHES, REPO / "tasks" / "probes" / "regressions")
-OUT = REPO / "tests" / "engine" / "corpus" / "generated.jsonl"
+OUT = REPO / "tests" / "engine" / "corpus" / "generated" / "probes_on_patched_executorch.jsonl"
 
 
 def touched(patch: Path) -> list[str]:

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from triage_rules import decide  # noqa: E402
-from triage_rules.corpus import GENERATED_FILE, TRAIN_FILE, load_corpus  # noqa: E402
+from triage_rules.corpus import TRAIN_FILE, generated_files, load_corpus  # noqa: E402
 from triage_rules.evaluate import evaluate, failure_of_excerpt, sureness  # noqa: E402
 from triage_rules.model import train  # noqa: E402
 
@@ -34,7 +34,7 @@ def main() -> int:
 
     records = load_corpus(args.corpus)
     threads = {r.thread for r in records}
-    extra = [r for r in load_corpus(GENERATED_FILE) if r.thread not in threads] if GENERATED_FILE.exists() else []
+    extra = [r for path in generated_files() for r in load_corpus(path) if r.thread not in threads]
     folds = []
     for fit, held in GroupKFold(n_splits=args.folds).split(records, groups=[r.thread for r in records]):
         folds.append((train([records[i] for i in fit] + extra, failure_of_excerpt), [records[i] for i in held]))

@@ -24,9 +24,10 @@ from triage_rules.records import CATEGORIES
 CORPUS_DIR = Path(__file__).resolve().parent.parent / "tests" / "engine" / "corpus"
 TRAIN_FILE = CORPUS_DIR / "train.jsonl"
 EVAL_FILE = CORPUS_DIR / "eval.jsonl"
-# Real output of real broken lowering on the installed ExecuTorch (scripts/regression_records.py),
-# training only: its sources are ExecuTorch files, never a thread of the evaluation split.
-GENERATED_FILE = CORPUS_DIR / "generated.jsonl"
+# Real output of real broken code on the installed ExecuTorch (scripts/regression_records.py,
+# scripts/pytest_records.py, ...), one file per way of producing it, training only: its sources
+# are ExecuTorch files, never a thread of the evaluation split.
+GENERATED_DIR = CORPUS_DIR / "generated"
 REQUIRED = ("source", "excerpt", "failure_line", "category")
 KNOWN = frozenset(REQUIRED) | {"id", "origin", "note"}
 
@@ -55,6 +56,11 @@ class Record:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False)
+
+
+def generated_files() -> list[Path]:
+    """The generated corpus files (`generated/*.jsonl`), in name order."""
+    return sorted(GENERATED_DIR.glob("*.jsonl")) if GENERATED_DIR.is_dir() else []
 
 
 def thread_of(source: str) -> str:

@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from triage_rules.corpus import GENERATED_FILE, TRAIN_FILE, CorpusError, Record, load_corpus
+from triage_rules.corpus import TRAIN_FILE, CorpusError, Record, generated_files, load_corpus
 from triage_rules.decide import CALIBRATION_FILE, calibration
 from triage_rules.engine import add_opinions, classify_text, failure_of_excerpt
 from triage_rules.model import train
@@ -174,12 +174,12 @@ def write_calibration(knots: list[tuple[float, float]], corpus: str, folds: int)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("corpus", metavar="CORPUS.jsonl", help="labelled records to evaluate")
-    parser.add_argument("--train", default=os.pathsep.join(str(p) for p in (TRAIN_FILE, GENERATED_FILE) if p.exists()),
+    parser.add_argument("--train", default=os.pathsep.join(str(p) for p in (TRAIN_FILE, *generated_files()) if p.exists()),
                         help="training records, files joined by ':' (default: the shipped train.jsonl and "
-                             "generated.jsonl)")
+                             "generated/*.jsonl)")
     parser.add_argument("--cv", type=int, metavar="K", default=0,
                         help="grouped K-fold cross-validation on CORPUS instead (use the training part); "
-                             "every fold also trains on --train's records of other threads (generated.jsonl)")
+                             "every fold also trains on --train's records of other threads (generated/*.jsonl)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--calibrate", action="store_true",
                         help="with --cv: fit the confidence calibration on the folds' raw confidences and "

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from triage_rules.corpus import EVAL_FILE, GENERATED_FILE, TRAIN_FILE, Record, corpus_hash, load_corpus
+from triage_rules.corpus import EVAL_FILE, TRAIN_FILE, Record, corpus_hash, generated_files, load_corpus
 from triage_rules.records import Failure
 from triage_rules.scorer import Block, Opinion, Scorer, char_wb_ngrams
 from triage_rules.structure import found_in
@@ -166,7 +166,7 @@ def train(records: list[Record], read: Callable[[str], Failure], **params) -> Sc
 # -- the default model: trained from the shipped corpus, cached ------------------------
 def corpus_files() -> list[Path]:
     override = os.environ.get("ETRIAGE_CORPUS")
-    paths = [Path(p) for p in override.split(os.pathsep)] if override else [TRAIN_FILE, EVAL_FILE, GENERATED_FILE]
+    paths = [Path(p) for p in override.split(os.pathsep)] if override else [TRAIN_FILE, EVAL_FILE, *generated_files()]
     return [p for p in paths if p.exists()]
 
 

@@ -111,13 +111,13 @@ def test_broken_json_and_duplicate_ids_are_errors(tmp_path):
 def test_generated_records_are_real_lowering_output_kept_out_of_the_evaluation_split():
     """scripts/regression_records.py: each record names the patch it came from, and its thread
     (an ExecuTorch file) is no thread of eval.jsonl."""
-    from triage_rules.corpus import EVAL_FILE, GENERATED_FILE, TRAIN_FILE, load_corpus
+    from triage_rules.corpus import EVAL_FILE, TRAIN_FILE, generated_files, load_corpus
 
-    generated = load_corpus(GENERATED_FILE)
+    generated = [r for path in generated_files() for r in load_corpus(path)]
     assert {r.category for r in generated} >= {"multi_method_lowering", "mutable_buffer"}
     eval_threads = {r.thread for r in load_corpus(EVAL_FILE)}
     ids = {r.id for path in (TRAIN_FILE, EVAL_FILE) for r in load_corpus(path)}
-    root = GENERATED_FILE.parents[3]
+    root = TRAIN_FILE.parents[3]
     for record in generated:
         assert record.origin.startswith("generated") and record.thread not in eval_threads and record.id not in ids
         patch = record.note.split(": ", 1)[1].split(" applied", 1)[0]
