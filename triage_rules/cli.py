@@ -17,7 +17,7 @@ from triage_rules.records import Failure
 from triage_rules.rules import RuleError
 
 JSON_KEYS = ("category", "unsure", "decided_by", "confidence", "decision", "rule", "title", "test", "exception", "message", "line_no",
-             "line", "fingerprint", "explanation", "suggestion", "owners", "environment", "context", "frames",
+             "line", "fingerprint", "explanation", "suggestion", "owners", "environment", "error_not_in_log", "context", "frames",
              "looks_like")
 _COLOURS = {"title": "\x1b[1;31m", "dim": "\x1b[2m", "key": "\x1b[36m", "reset": "\x1b[0m"}
 
@@ -69,7 +69,7 @@ def _text(path: str, failures: list[Failure], colour: bool) -> str:
         return f"{path}: no failures found"
     blocks = [f"{path}: {len(failures)} failure(s)"]
     for number, failure in enumerate(failures, 1):
-        env = " [environment]" if failure.environment else ""
+        env = " [environment]" if failure.environment else " [error not in this log]" if failure.error_not_in_log else ""
         category = " or ".join(failure.unsure) + ", unsure" if failure.unsure else failure.category
         lines = [
             paint("title", f"#{number} {failure.title}")

@@ -36,6 +36,11 @@ _ERRORISH = re.compile(
     r"|allowed|registered|close|equal|match\w*)|invalid|mismatch\w*|abort\w*|killed|denied|refused|timed? ?out"
     r"|offline|unauthori[sz]ed|missing|no such|crash\w*|panic|segfault|wrong|unexpected|incorrect|differ\w*"
     r"|same (?:output|answer|result|token)s?|nan|garbage|broken|lost|disconnected|unavailable|exceed\w*)\b")
+# Any trace of trouble at all, inside words too (`AssertionError`, `FAILED`, `warning:`): a failed
+# job's log without one is quiet, and its last lines are then no evidence of a category.
+_ANY_TROUBLE = re.compile(
+    r"(?i)error|exception|fail|fatal|traceback|assert|abort|panic|segfault|denied|refused|timed? ?out|not found"
+    r"|mismatch|invalid|unable|cannot|can't|couldn't|unsupported|not supported|missing|warning|wrong|expected|differ")
 _XML_SNIFF = 2048
 
 
@@ -75,7 +80,7 @@ def classify_blocks(blocks: Iterable[bytes | str], *, job_name: str | None = Non
     if use_model:
         add_opinions(failures, job_name)
     for failure in failures:
-        if failure.rule in ("fallback-line", "empty-log"):  # a guessed line: never more than half sure
+        if failure.rule in ("fallback-line", "empty-log", "quiet-log"):  # a guess: never more than half sure
             failure.confidence = min(failure.confidence or FALLBACK_CONFIDENCE, FALLBACK_CEILING)
     return failures
 
@@ -99,14 +104,17 @@ def add_opinions(failures: list[Failure], job_name: str | None = None, model: Sc
 
 
 def empty_log_failure() -> Failure:
-    """A failed job whose log holds nothing: say so, rather than report no failure."""
+    """A failed job whose log holds nothing: the real error is not in this log (a step that
+    never started, a runner that went away, output not captured). Neither the change nor the
+    environment is blamed on no evidence: the verdict is "not in the log", with the job's link."""
     return Failure(
-        line="", line_no=1, message="the job failed and its log is empty", category="ci_infra",
-        rule="empty-log", title="Failed job with an empty log",
+        line="", line_no=1, message="the job failed and its log is empty", category="other",
+        rule="empty-log", title="Failed job with an empty log: the real error is not in it",
         explanation="The job failed without writing any output: a step that never started, a runner "
                     "that went away, or output that was not captured.",
-        suggestion="Open the job on the CI page; re-run it if the runner was lost.",
+        suggestion="Open the job on the CI page for its steps' own status.",
         fingerprint=fingerprint("", "", "empty-log"), decided_by="empty-log", confidence=FALLBACK_CONFIDENCE,
+        error_not_in_log=True,
     )
 
 
@@ -139,6 +147,11 @@ def fallback_failure(extractor: Extractor, job_name: str | None = None) -> Failu
     if failure.rule == "unclassified":
         failure.rule = "fallback-line"
         failure.title = "Failed job: no known failure line; the most error-like line of its log"
+        if best_score < 10 and not _ANY_TROUBLE.search(extractor.tail_text):
+            # not one word of trouble in the whole tail: unless the model recognises the text
+            # (a wrong answer, numbers that differ), the error is not in this log (decide.py)
+            failure.rule = "quiet-log"
+            failure.title = "Failed job: no line of its log reads as an error"
     return failure
 
 

@@ -103,7 +103,22 @@ def test_failed_job_always_gets_a_failure_with_low_confidence(tmp_path):
     empty.write_bytes(b"")
     (only,) = json.loads(etriage("--format", "json", "--failed", str(empty)).stdout)["failures"]
     assert only["rule"] == "empty-log" and only["confidence"] <= 0.5
+    assert only["error_not_in_log"] and only["category"] == "other" and not only["environment"]
     assert json.loads(etriage("--format", "json", str(empty)).stdout)["failures"] == []
+
+
+def test_a_failed_job_whose_log_holds_no_error_line_says_the_error_is_not_in_it():
+    """A clean log ending on `Done`: no category is guessed from it (neither a build failure nor a
+    device), the real error is elsewhere; the pipeline's verdict is then `not_in_log`. A quiet
+    log the model does recognise (a wrong answer) keeps its guess, never more than half sure."""
+    clean = b"Collecting torch\nInstalling collected packages\nRunning the export\nDone\n"
+    (failure,) = json.loads(etriage("--format", "json", "--failed", "-", stdin=clean).stdout)["failures"]
+    assert failure["rule"] == "quiet-log" and failure["line"] in clean.decode()
+    assert failure["error_not_in_log"] and failure["category"] == "other" and not failure["environment"]
+    assert failure["confidence"] <= 0.5 and not failure["unsure"]
+    wrong = b"prompt: What is the capital of France?\nanswer: the the the the the the the the\n"
+    (guess,) = json.loads(etriage("--format", "json", "--failed", "-", stdin=wrong).stdout)["failures"]
+    assert guess["rule"] == "quiet-log" and guess["confidence"] <= 0.5
 
 
 def test_json_says_who_decided_and_what_it_looks_like():
