@@ -532,7 +532,8 @@ def report_payload(head_sha: str, report: Report, notes=(), ignored: dict[str, s
          "title": f"{v.category}: {v.test}"[:255],
          "message": f"{v.primary_line[:400]}\n{v.failure.explanation if v.failure else ''}".strip() or v.test}
         for v in new for s in v.suspects[:3]]
-    title = (f"{len(new)} new failure(s), {len(environment)} environment problem(s), "
+    # root causes, as the comment's headline counts them (one failure in 3 probes is 1)
+    title = (f"{counts.get('new', 0)} new failure(s), {counts.get('environment', 0)} environment problem(s), "
              f"{sum(len(s.tests) for s in report.suites)} test(s) run")
     if unsandboxed:  # the worker refused to run the change bare: say so, blame nobody
         conclusion, title = "neutral", f"Not run: {unsandboxed[0].reason}"[:255]

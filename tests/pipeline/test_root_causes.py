@@ -57,6 +57,10 @@ def test_the_same_probe_failure_in_three_probes_is_one_entry():
                       for name in ("per_method_partitioners", "two_methods_different_backends", "kv_cache_methods")})
     assert report.summary["new"] == 1
     assert "1 failure, in 3 probes" in to_markdown(report)
+    from tasks.service import report_payload  # the check run counts as the comment does
+    payload = report_payload("h" * 40, report)
+    assert payload.check_title.startswith("1 new failure(s), 0 environment problem(s)"), payload.check_title
+    assert payload.check_conclusion == "failure"
 
 
 def ci(jobs: dict[str, str]) -> CiReport:
