@@ -17,6 +17,9 @@ BINARY_SNIFF = 8192
 TIMESTAMP_RE = re.compile(r"^\ufeff?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z ?")
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 GHA_COMMAND_RE = re.compile(r"^##\[(\w[\w-]*)(?:[^\]]*)\]")
+# What a launcher or a quoting reader puts before every line: torchrun's `[rank0]:` (and the
+# older `[default0]:`), and a quote's `> ` (a log pasted into an issue or an email reply).
+LINE_PREFIX_RE = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s?|>(?: |$))")
 
 
 class LogReadError(Exception):
@@ -34,6 +37,8 @@ def clean_line(raw: str) -> str:
     if "\r" in line:
         frames = [part for part in line.split("\r") if part.strip()]
         line = frames[-1] if frames else ""
+    if line[:1] in "[>" and line:
+        line = LINE_PREFIX_RE.sub("", line, count=1)
     return line.rstrip()
 
 
@@ -42,6 +47,8 @@ def clean_lines(text: str) -> list[str]:
     if "\x1b" in text:
         text = ANSI_RE.sub("", text)
     if "\r" in text:
+        return [clean_line(line) for line in text.split("\n")]
+    if "[rank" in text or "[default" in text or "\n>" in text or text.startswith(">"):
         return [clean_line(line) for line in text.split("\n")]
     sub = TIMESTAMP_RE.sub
     return [(sub("", line, count=1) if line[:1].isdigit() else line).rstrip() for line in text.split("\n")]

@@ -37,3 +37,21 @@ def test_line_kinds(raw, kind, low, high):
         assert info is None or info.score <= 0
     else:
         assert info is not None and info.kind == kind and low <= info.score <= high, info
+
+
+@pytest.mark.parametrize("raw, line", [
+    ("[rank0]: AssertionError: Mutating module attribute cache_k during export.",
+     "AssertionError: Mutating module attribute cache_k during export."),
+    ("[default3]:RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1207", "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1207"),
+    ("> RuntimeError: a leaf Variable that requires grad is being used in an in-place operation.",
+     "RuntimeError: a leaf Variable that requires grad is being used in an in-place operation."),
+    (">>> Lint for exir/x.py:", ">>> Lint for exir/x.py:"),  # lintrunner's own marker stays
+    ("-> 1166         new_edge_programs[name] = to_backend(program, partitioner)",
+     "-> 1166         new_edge_programs[name] = to_backend(program, partitioner)"),
+])
+def test_a_launchers_or_quotes_line_prefix_is_not_part_of_the_line(raw, line):
+    """torchrun prefixes every line with its rank; a log pasted into a reply is quoted. The line
+    read, and so its kind, is the line without it."""
+    assert clean_line(raw) == line
+    if line[0].isalpha():
+        assert classify_line(clean_line(raw)).kind == classify_line(line).kind != None  # noqa: E711
