@@ -28,7 +28,7 @@ from triage_rules.structure import found_in
 
 WEIGHT = {"strong": 0.4, "weak": 0.0}
 RULE_PRIOR = {"strong": 0.8, "weak": 0.3}  # how often such a rule alone is right
-MODEL_FLOOR = 0.3  # the model overrules a weak rule only when at least this sure
+MODEL_FLOOR = 0.0  # the model overrules a weak rule whenever it leans elsewhere (grouped CV: 0.0 > 0.15 > 0.3)
 ENVIRONMENT_FLOOR = 0.6  # a model-decided infrastructure category blames the environment above this
 AREA_WEIGHT = 0.5
 STRUCTURE_WEIGHT = 0.4  # a structural signal's category (structure.yaml `points_to`)

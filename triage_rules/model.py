@@ -27,6 +27,9 @@ from triage_rules.scorer import Block, Opinion, Scorer, char_wb_ngrams
 from triage_rules.structure import found_in
 
 FEATURE_VERSION = "4"
+# How much a generated record weighs in training against a public one (grouped CV on the
+# training part, the generated records in every fold's training set: scripts/tune_decision.py).
+GENERATED_WEIGHT = 1.0
 MAX_CONTEXT_CHARS = 4000
 CHAR_NGRAMS = (3, 5)
 CONTEXT_CHAR_NGRAMS = (4, 5)
@@ -113,10 +116,12 @@ class FailureModel:
     """TF-IDF over prefixed word tokens and the line's character n-grams; logistic regression.
     Fitted with scikit-learn, then compiled to a Scorer (numpy arrays) that does all scoring."""
 
-    def __init__(self, c: float = 20.0, char_weight: float = 0.6, context_char_weight: float = 1.2) -> None:
+    def __init__(self, c: float = 20.0, char_weight: float = 0.6, context_char_weight: float = 1.2,
+                 generated_weight: float = GENERATED_WEIGHT) -> None:
         self.c = c
         self.char_weight = char_weight
         self.context_char_weight = context_char_weight
+        self.generated_weight = generated_weight
 
     def fit(self, docs: list[dict[str, str]], labels: list[str], records: list[Record] | None = None) -> Scorer:
         # deferred on purpose: scikit-learn costs seconds to import, paid by training only
@@ -134,7 +139,11 @@ class FailureModel:
         # Chosen by grouped cross-validation on the training part: a calibrated linear SVM
         # measured the same (80.5% vs 80.3%), so the simpler model with native probabilities.
         classifier = LogisticRegression(C=self.c, max_iter=3000, class_weight="balanced")
-        classifier.fit(matrix, labels)
+        # a generated record (real output of real broken code, produced here) counts for less than
+        # a public one: many come from few programs, and public threads are what the bot meets
+        weights = np.array([self.generated_weight if r.origin.startswith("generated") else 1.0 for r in records]
+                           if records else [1.0] * len(labels))
+        classifier.fit(matrix, labels, sample_weight=weights)
         self.classifier, self.matrix = classifier, matrix  # kept for the scorer's equivalence test
         blocks, offset = [], 0
         for vectorizer, scale in ((words, 1.0), (chars, self.char_weight), (context_chars, self.context_char_weight)):
