@@ -23,8 +23,8 @@ def rules_reading(line: str):
     [
         # a generic rule (a bare exception) is weak evidence: a confident model overrules it
         ("ValueError: bad cache index", "python-exception", {"mutable_buffer": 0.8}, "mutable_buffer", "model"),
-        # ... but not a model that is unsure
-        ("ValueError: bad cache index", "python-exception", {"mutable_buffer": 0.2}, "other", "python-exception"),
+        # ... and a model that only leans decides too (weak evidence adds nothing), unsure (below)
+        ("ValueError: bad cache index", "python-exception", {"mutable_buffer": 0.2}, "mutable_buffer", "model"),
         # a specific rule holds against a model that leans elsewhere
         ("error: device offline", "device-offline", {"ci_infra": 0.5, "device_infra": 0.3}, "device_infra", "device-offline"),
         # ... and gives way only when the model is nearly sure and gives the rule's category nothing
@@ -40,6 +40,12 @@ def test_rule_strength_against_the_model(line, rule, probabilities, category, de
     decide(failure, opinion(**probabilities))
     assert (failure.category, failure.decided_by) == (category, decided_by)
     assert 0 < failure.confidence <= 1
+
+
+def test_a_model_that_only_leans_over_a_weak_rule_says_it_is_unsure():
+    failure = rules_reading("ValueError: bad cache index")
+    decide(failure, opinion(mutable_buffer=0.2))
+    assert failure.unsure and failure.unsure[0] == "mutable_buffer" and failure.confidence < 0.8
 
 
 def test_a_model_decision_carries_its_category_texts_and_keeps_the_exception():
