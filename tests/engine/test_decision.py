@@ -25,6 +25,12 @@ def rules_reading(line: str):
         ("ValueError: bad cache index", "python-exception", {"mutable_buffer": 0.8}, "mutable_buffer", "model"),
         # ... and a model that only leans decides too (weak evidence adds nothing), unsure (below)
         ("ValueError: bad cache index", "python-exception", {"mutable_buffer": 0.2}, "mutable_buffer", "model"),
+        # ... but `other` names no cause: a model that only finds the text unfamiliar keeps the
+        # weak rule's reading (a timeout stays a timeout), and overrules it when confident
+        ("RuntimeError: Process 0 terminated or timed out after 310.01 seconds", "runtime-timeout",
+         {"other": 0.3}, "runtime_error", "runtime-timeout"),
+        ("RuntimeError: Process 0 terminated or timed out after 310.01 seconds", "runtime-timeout",
+         {"other": 0.7}, "other", "model"),
         # a specific rule holds against a model that leans elsewhere
         ("error: device offline", "device-offline", {"ci_infra": 0.5, "device_infra": 0.3}, "device_infra", "device-offline"),
         # ... and gives way only when the model is nearly sure and gives the rule's category nothing
