@@ -109,8 +109,9 @@ def test_broken_json_and_duplicate_ids_are_errors(tmp_path):
 
 
 def test_generated_records_are_real_lowering_output_kept_out_of_the_evaluation_split():
-    """scripts/regression_records.py: each record names the patch it came from, and its thread
-    (an ExecuTorch file) is no thread of eval.jsonl."""
+    """Each generated record names the script that produced it and what it ran (a regression
+    patch, a program), both files of this repository; its thread (an ExecuTorch file) is no
+    thread of eval.jsonl, and its text holds no scratch path of the run that produced it."""
     from triage_rules.corpus import EVAL_FILE, TRAIN_FILE, generated_files, load_corpus
 
     generated = [r for path in generated_files() for r in load_corpus(path)]
@@ -120,6 +121,8 @@ def test_generated_records_are_real_lowering_output_kept_out_of_the_evaluation_s
     root = TRAIN_FILE.parents[3]
     for record in generated:
         assert record.origin.startswith("generated") and record.thread not in eval_threads and record.id not in ids
-        patch = record.note.split(": ", 1)[1].split(" applied", 1)[0]
-        assert (root / patch).is_file(), patch
-        assert "Traceback (most recent call last)" in record.excerpt and "/tmp/" not in record.excerpt
+        script, ran = record.note.split(": ", 1)
+        assert script.startswith("scripts/") and (root / script).is_file(), record.id
+        ran = ran.split()[0]
+        assert (root / ran).is_file(), (record.id, ran)
+        assert "/tmp/" not in record.excerpt and "/work/" not in record.excerpt
