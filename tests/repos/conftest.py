@@ -105,7 +105,9 @@ def repos(tmp_path, origin, policy):
 
 
 def git_processes() -> list[str]:
-    """git processes that are descendants of this test process."""
+    """The client's git processes that are descendants of this test process. The double's own
+    server side (`git http-backend`, run by its request threads in this same process) is not the
+    client's: a held request released at the end of a test may still be serving when we look."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -122,6 +124,7 @@ def git_processes() -> list[str]:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if "git" in cmdline.split(" ")[0]:
+        argv = cmdline.split(" ")
+        if "git" in argv[0] and "http-backend" not in argv[1:2]:
             found.append(cmdline)
     return found
