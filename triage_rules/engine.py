@@ -30,6 +30,7 @@ MAX_FAILURES = 50
 MAX_EVIDENCE_LINES = 12  # plus the primary line's neighbourhood (extract.NEIGHBOURHOOD_*)
 FALLBACK_CONFIDENCE = 0.2
 FALLBACK_CEILING = 0.5
+FALLBACK_RULE_LINES = 400  # the tail's last lines a rule is looked for in, when nothing was extracted
 # How error-like a line is when nothing matched in a failed job's log: each word counts.
 _ERRORISH = re.compile(
     r"(?i)\b(?:error|errors|fail\w*|fatal|exception|traceback|cannot|can't|couldn't|unable|not (?:found|supported"
@@ -134,6 +135,7 @@ def fallback_failure(extractor: Extractor, job_name: str | None = None) -> Failu
             best, best_score = index, score
     if best is None:
         return None
+    best = _line_a_rule_knows(lines, job_name, best)
     line = clean_line(lines[best])
     failure = Failure(
         line=line,
@@ -153,6 +155,22 @@ def fallback_failure(extractor: Extractor, job_name: str | None = None) -> Failu
             failure.rule = "quiet-log"
             failure.title = "Failed job: no line of its log reads as an error"
     return failure
+
+
+def _line_a_rule_knows(lines: list[str], job_name: str | None, best: int) -> int:
+    """The tail line a rule recognises (`manifest unknown`, a linter's `SC2086:`), the last of
+    those of the highest priority; `best` (the most error-like line) when no rule knows one or
+    only a generic (weak) rule does. A line's error words are no match for a rule that knows it."""
+    start = max(0, len(lines) - FALLBACK_RULE_LINES)
+    found, priority = best, None
+    for index in range(len(lines) - 1, start - 1, -1):
+        line = clean_line(lines[index])
+        if not line.strip():
+            continue
+        match = match_rules(default_rules(), Subject(primary=line, lines=(), message=line, job=job_name or ""))
+        if match and match.rule.strength != "weak" and (priority is None or match.rule.priority > priority):
+            found, priority = index, match.rule.priority
+    return found
 
 
 def to_failure(group: FailureGroup, job_name: str | None = None) -> Failure:
@@ -177,7 +195,8 @@ def to_failure(group: FailureGroup, job_name: str | None = None) -> Failure:
     evidence = tuple(c.line for c in sorted(group.evidence, key=lambda c: c.line_no) if c is not best)
     nearby = [line for line in best.neighbourhood if line not in evidence]
     failure.evidence = [line[:400] for line in (*evidence[:MAX_EVIDENCE_LINES], *nearby)]
-    apply_rules(failure, evidence, job_name, best.info.kind)
+    # a rule reads the failure's lines and their neighbourhood (what the comment shows beside it)
+    apply_rules(failure, (*evidence, *nearby), job_name, best.info.kind)
     return failure
 
 

@@ -116,9 +116,26 @@ def test_a_failed_job_whose_log_holds_no_error_line_says_the_error_is_not_in_it(
     assert failure["rule"] == "quiet-log" and failure["line"] in clean.decode()
     assert failure["error_not_in_log"] and failure["category"] == "other" and not failure["environment"]
     assert failure["confidence"] <= 0.5 and not failure["unsure"]
-    wrong = b"prompt: What is the capital of France?\nanswer: the the the the the the the the\n"
+    wrong = b"prompt: What is the capital of France?\nanswer: Berlin\n"
     (guess,) = json.loads(etriage("--format", "json", "--failed", "-", stdin=wrong).stdout)["failures"]
     assert guess["rule"] == "quiet-log" and guess["confidence"] <= 0.5
+    assert guess["category"] == "numerical_mismatch" and not guess["error_not_in_log"]
+
+
+def test_a_quiet_log_line_a_rule_knows_is_the_failure_whatever_its_length():
+    """Nothing was extracted and no line has an error word; the line a rule knows is the failure,
+    not the longest line of the tail: a registry's `manifest unknown`, a linter's report, an
+    answer that degenerates into one repeated word."""
+    cases = {
+        b"latest: Pulling from some-org/some-long-image-name-here\nmanifest unknown\n": ("ci_infra", "manifest unknown"),
+        b"$ codespell\n./README.md:6: Provdie ==> Provide\n$ echo $?\n65\n": ("lint", "Provdie ==> Provide"),
+        b"prompt: What is the capital of France?\nanswer: the the the the the the the the\n": (
+            "numerical_mismatch", "the the the"),
+    }
+    for log, (category, words) in cases.items():
+        (failure,) = json.loads(etriage("--format", "json", "--failed", "-", stdin=log).stdout)["failures"]
+        assert failure["category"] == category and words in failure["line"] and not failure["error_not_in_log"], log
+        assert failure["rule"] not in ("quiet-log", "fallback-line"), log
 
 
 def test_json_says_who_decided_and_what_it_looks_like():

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from triage_rules import CATEGORIES, classify_text
+from triage_rules import CATEGORIES, classify_text, engine
 from triage_rules.rules import (RuleError, Subject, default_rules, load_rules, match_rules, owners_table,
                                 parse_rules)
 
@@ -141,3 +141,60 @@ def test_owners_file_mistakes_name_the_line(tmp_path, text, error):
     path.write_text(text)
     with pytest.raises(RuleError, match=error):
         owners_table.__wrapped__(path)  # the uncached reader: the shipped table stays cached
+
+
+@pytest.mark.parametrize(
+    "log, rule, category",
+    [
+        # a linter's own output format, whatever the tool
+        ("./docs/source/tutorial.md:12: recieve ==> receive\n", "lint-tool-output", "lint"),
+        ("exir/passes/foo.py:3:0: C0114: Missing module docstring (missing-module-docstring)\n", "lint-type-checker", "lint"),
+        ("  12:3      error    wrong indentation: expected 4 but found 2  (indentation)\n", "lint-tool-output", "lint"),
+        ("runtime/core/evalue.cpp:41:7: warning: variable 'x' is not initialized [cppcoreguidelines-init-variables]\n",
+         "lint-tool-output", "lint"),
+        ("ERROR: /src/exir/capture/_config.py Imports are incorrectly sorted and/or formatted.\n", "lint-tool-output", "lint"),
+        # a model's answer that degenerates, or NaN outputs
+        ('generated: "the cat the cat the cat the cat the cat the cat"\n', "numeric-degenerate-output", "numerical_mismatch"),
+        ("Output: okokokokokokokokokokokok\n", "numeric-degenerate-output", "numerical_mismatch"),
+        ("logits[0] = nan\n", "numeric-nan-output", "numerical_mismatch"),
+        ("output SQNR 3.1 dB is below the 20 dB threshold\n", "numeric-accuracy", "numerical_mismatch"),
+        # the QNN SDK: a context binary of another SDK, a build without the SDK's headers
+        ("[ERROR] [Qnn ExecuTorch]: Failed to interpret QNN context binary. Error code 30010.\n",
+         "qnn-context-binary", "qnn_sdk_or_toolchain"),
+        ("backends/qualcomm/runtime/QnnManager.h:12:10: fatal error: 'QnnCommon.h' file not found\n",
+         "qnn-sdk-build", "qnn_sdk_or_toolchain"),
+        ("ops/hvx_add.c:88:12: error: call to undeclared function 'Q6_Vqf32_vadd_VsfVsf'\n",
+         "qnn-sdk-build", "qnn_sdk_or_toolchain"),
+        # any QNN frontend declining an operator
+        ("[E:onnxruntime:, qnn_execution_provider.cc:714 GetCapability] Unsupported nodes in QNN EP: Gelu\n",
+         "qnn-frontend-op-unsupported", "qnn_op_validation"),
+        ("INFO: TfLiteQnnDelegate delegate: 0 nodes delegated out of 12 nodes with 0 partitions.\n",
+         "qnn-frontend-op-unsupported", "qnn_op_validation"),
+        # a delegate whose call does not match its signature; methods sharing what one owns
+        ("(args.size() == num_inputs + num_outputs) is false! graph declares 1 inputs and 2 outputs\n",
+         "mm-delegate-io-count", "multi_method_lowering"),
+        ("Constant 'w0' in method 'prefill' is incompatible with the version shared by another method\n",
+         "mm-delegate-io-count", "multi_method_lowering"),
+        # the device's own failures: its system processes, its simulator, its lab
+        ("F libc    : Fatal signal 11 (SIGSEGV), code 1 in tid 901 (surfaceflinger)\n", "device-system-crash", "device_infra"),
+        ("qemu-system-aarch64: failed to initialize kvm: Permission denied\n", "device-simulator-start", "device_infra"),
+        ("error: Could not start a new session. UiAutomator2 quit unexpectedly: instrumentation process crashed\n",
+         "device-lab-session", "device_infra"),
+        ("ImportError: cannot import name 'to_edge_x' from 'executorch.exir'\n", "env-import-name", "import_or_env"),
+    ],
+)
+def test_class_rules_read_other_members_of_their_class(log, rule, category):
+    """Each class rule on a line of its class that is none of the corpus's records."""
+    first = engine.classify_text(log, failed=True, use_model=False)[0]
+    assert (first.rule, first.category) == (rule, category), first.line
+
+
+@pytest.mark.parametrize("line", [
+    "ptr = 0xffffffffffffffff, tag deadbeefdeadbeefdeadbeefdeadbeef",  # hex digits repeat
+    "FAILED FAILED FAILED FAILED FAILED FAILED",  # a status word, not an answer
+    "==================== 3 failed, 12 passed ====================",
+    "Loading nano model from ./nanogpt.pte",
+])
+def test_lines_that_only_look_repetitive_or_nan_are_not_numbers(line):
+    first = engine.classify_text(line + "\n", failed=True, use_model=False)[0]
+    assert first.rule not in ("numeric-degenerate-output", "numeric-nan-output"), first.rule

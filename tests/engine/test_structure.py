@@ -58,13 +58,15 @@ def test_a_multi_method_spec_violation_in_a_ci_log_is_multi_method_lowering():
     [failure] = classify_text(TRACEBACK, job_name="pull / unittest / linux", failed=True)
     assert failure.exception.endswith("SpecViolationError")
     assert failure.category == "multi_method_lowering" and not failure.unsure
-    assert failure.decided_by in ("structure", "model")
+    # the stack's own lines (`_unsafe_adjust_original_program(`) name the multi-method rule; the
+    # bare SpecViolationError rule, weak, never decides it
+    assert failure.rule == "mm-original-program-validate" and failure.decided_by == failure.rule
     assert failure.decision[0] == f"{failure.decided_by} decided multi_method_lowering"
     [structure] = [reason for reason in failure.decision if reason.startswith("structure points to")]
     # the deciding evidence with its learned weight: P(category | signal) over the training records
     assert re.match(r"structure points to multi_method_lowering \(weight 0\.\d\d\): learned from .*method_programs "
                     r"0\.\d\d \(table \+ \d+ of \d+ training records\)", structure), structure
-    assert any("export-spec-violation` (weak, weight 0.0)" in reason for reason in failure.decision)
+    assert any("mm-original-program-validate` (strong, weight 0.4)" in reason for reason in failure.decision)
 
 
 def test_a_multi_method_spec_violation_in_the_bots_own_run_is_multi_method_lowering():
