@@ -181,6 +181,13 @@ def test_owners_file_mistakes_name_the_line(tmp_path, text, error):
         ("error: Could not start a new session. UiAutomator2 quit unexpectedly: instrumentation process crashed\n",
          "device-lab-session", "device_infra"),
         ("ImportError: cannot import name 'to_edge_x' from 'executorch.exir'\n", "env-import-name", "import_or_env"),
+        # a KV cache without room for the request is a run-time limit, not lost state
+        ("RuntimeError: not enough free blocks in the kv cache for 4096 tokens\n", "kv-cache-capacity", "runtime_error"),
+        ("RuntimeError: k_cache is a constant after convert_pt2e\n", "mb-buffer-folded", "mutable_buffer"),
+        ("AssertionError: update_cache wrote no k_cache slot for position 7\n", "mb-kv-cache", "mutable_buffer"),
+        # a command called wrongly
+        ("export_llama.py: error: unrecognized arguments: --qnn-htp\n", "command-usage", "other"),
+        ("E       fixture 'tmp_model' not found\n", "command-usage", "other"),
     ],
 )
 def test_class_rules_read_other_members_of_their_class(log, rule, category):
