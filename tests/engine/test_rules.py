@@ -170,6 +170,9 @@ def test_owners_file_mistakes_name_the_line(tmp_path, text, error):
          "qnn-frontend-op-unsupported", "qnn_op_validation"),
         ("INFO: TfLiteQnnDelegate delegate: 0 nodes delegated out of 12 nodes with 0 partitions.\n",
          "qnn-frontend-op-unsupported", "qnn_op_validation"),
+        # the verifier meeting a partition fused by to_backend, whatever its tag
+        ("torch._export.verifier.SpecViolationError: call_module is not valid: got a class 'fused_decode_tag3'\n",
+         "mm-original-program-validate", "multi_method_lowering"),
         # a delegate whose call does not match its signature; methods sharing what one owns
         ("(args.size() == num_inputs + num_outputs) is false! graph declares 1 inputs and 2 outputs\n",
          "mm-delegate-io-count", "multi_method_lowering"),
