@@ -208,3 +208,17 @@ def test_class_rules_read_other_members_of_their_class(log, rule, category):
 def test_lines_that_only_look_repetitive_or_nan_are_not_numbers(line):
     first = engine.classify_text(line + "\n", failed=True, use_model=False)[0]
     assert first.rule not in ("numeric-degenerate-output", "numeric-nan-output"), first.rule
+
+
+def test_a_generic_reading_is_made_specific_by_the_lines_around_it_never_a_specific_one():
+    """A bare exception says nothing of what broke; a line just above it may (QNN's own log). A
+    specific reading of the failure itself is not second-guessed by its context."""
+    log = ("[INFO] [Qnn ExecuTorch]: Using newer context binary on old SDK\n"
+           "[INFO] [Qnn ExecuTorch]: Destroy Qnn backend\n"
+           "RuntimeError: the runner stopped\n")
+    first = engine.classify_text(log, failed=True, use_model=False)[0]
+    assert first.line.startswith("RuntimeError") and first.rule == "qnn-context-binary"
+    specific = ("[INFO] [Qnn ExecuTorch]: Using newer context binary on old SDK\n"
+                "AssertionError: Tensor-likes are not close!\n")
+    first = engine.classify_text(specific, failed=True, use_model=False)[0]
+    assert (first.rule, first.category) == ("numeric-not-close", "numerical_mismatch")
