@@ -221,26 +221,16 @@ def rules_by_id(directory: Path = RULES_DIR) -> dict[str, Rule]:
 
 def match_rules(rules: tuple[Rule, ...] | list[Rule], subject: Subject) -> RuleMatch | None:
     """The highest-priority rule whose matchers all match `subject`, with its captures."""
-    lines = "\n".join((subject.primary, *subject.lines))
     for rule in rules:
-        captures = _match(rule, subject, lines)
+        captures = _match(rule, subject)
         if captures is not None:
             return RuleMatch(rule, captures)
     return None
 
 
-@functools.lru_cache(maxsize=1024)
-def _on_any_line(pattern: re.Pattern[str]) -> re.Pattern[str]:
-    """The pattern with `^` and `$` at every line: a search of the lines joined finds whatever a
-    search of one of them would (and may find more), so one call rules most rules out."""
-    return re.compile(pattern.pattern, pattern.flags | re.MULTILINE)
-
-
-def _match(rule: Rule, subject: Subject, lines: str = "") -> dict[str, str] | None:
+def _match(rule: Rule, subject: Subject) -> dict[str, str] | None:
     captures: dict[str, str] = {}
     for key, pattern in rule.matchers:
-        if key == "line" and lines and not _on_any_line(pattern).search(lines):
-            return None
         found = None
         for text in _texts(subject, key):
             found = pattern.search(text)
