@@ -50,3 +50,21 @@ def test_a_bad_corpus_is_refused_with_its_line(tmp_path):
     result = eval_cli(str(bad))
     assert result.returncode == 2
     assert f"{bad}:1: unknown category 'nope'" in result.stderr
+
+
+def test_cross_validation_pools_the_folds_records(tmp_path):
+    """Every record counts once, as on the evaluation split: a category's figure is its records
+    right over its records, never a mean of per-fold ratios of unequal folds."""
+    from triage_rules.corpus import TRAIN_FILE
+
+    lines = TRAIN_FILE.read_text().splitlines()
+    part = tmp_path / "part.jsonl"
+    part.write_text("".join(line + "\n" for line in lines[::6]))
+    result = eval_cli(str(part), "--cv", "3", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["records"] == len(lines[::6]) and len(summary["folds"]) == 3
+    right = sum(row.get(category, 0) for category, row in summary["confusion"].items())
+    assert summary["accuracy"] == round(right / summary["records"], 4)
+    for category, value in summary["focus_accuracy"].items():
+        assert value == summary["per_category"][category]["recall"]
