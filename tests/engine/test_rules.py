@@ -222,3 +222,15 @@ def test_a_generic_reading_is_made_specific_by_the_lines_around_it_never_a_speci
                 "AssertionError: Tensor-likes are not close!\n")
     first = engine.classify_text(specific, failed=True, use_model=False)[0]
     assert (first.rule, first.category) == ("numeric-not-close", "numerical_mismatch")
+
+
+@pytest.mark.parametrize("line", [
+    "RuntimeError: Corstone-320 FVP run failed: output mismatch on tensor 0",  # the program's failure
+    "qemu: uncaught target signal 11 (Segmentation fault) - core dumped",  # the program crashed
+    "org.openqa.selenium.NoSuchElementException: no such element (Appium) Session ID: 1234",  # the app's
+])
+def test_what_fails_on_a_simulator_or_through_a_driver_is_not_the_devices(line):
+    """Only the simulator or the lab failing by itself is an environment verdict: a program that
+    fails or crashes on it, or a UI test's own failure reported by its driver, is the change's."""
+    first = engine.classify_text(line + "\n", failed=True, use_model=False)[0]
+    assert first.category != "device_infra" and not first.environment, first.rule
