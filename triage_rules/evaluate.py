@@ -241,7 +241,7 @@ def render(summary: dict) -> str:
     if "decided_by_rule" in summary:
         lines.append(f"decided by a rule: {pct(summary['decided_by_rule'])}   by the model: {pct(summary['decided_by_model'])}")
     lines.append("focus categories: " + ", ".join(f"{c} {pct(v)}" for c, v in summary["focus_accuracy"].items()))
-    lines.append(f"sure (one category stated, not "X or Y"): {pct(summary['sure_share'])} of records, precision "
+    lines.append(f"sure (one category stated, not 'X or Y'): {pct(summary['sure_share'])} of records, precision "
                  f"{pct(summary['sure_precision'])}; unsure ones name the true category among their two: "
                  f"{pct(summary['unsure_top_two'])}")
     lines.append(f"labelled (sure and confidence >= {LABEL_CONFIDENCE}): {pct(summary['labelled_share'])} of records, "
