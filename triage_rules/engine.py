@@ -31,12 +31,12 @@ MAX_FAILURES = 50
 MAX_EVIDENCE_LINES = 12  # plus the primary line's neighbourhood (extract.NEIGHBOURHOOD_*)
 FALLBACK_CONFIDENCE = 0.2
 FALLBACK_CEILING = 0.5
-FALLBACK_RULE_LINES = 400
+FALLBACK_RULE_LINES = 400  # the tail's last lines a rule is looked for in, when nothing was extracted
 # A failure whose own lines match only a rule below this priority (or a weak one, or none) is
 # read with its context lines too (apply_rules); a specific rule matching the failure itself is
 # not second-guessed by them. Its context (3 lines either side), not its whole neighbourhood
 # (23): grouped CV 86.1% against 86.7%, at 246 MB/s against 173 (bench/classify.py, 20 MB).
-NEARBY_BELOW = 66  # the tail's last lines a rule is looked for in, when nothing was extracted
+NEARBY_BELOW = 66
 # How error-like a line is when nothing matched in a failed job's log: each word counts.
 _ERRORISH = re.compile(
     r"(?i)\b(?:error|errors|fail\w*|fatal|exception|traceback|cannot|can't|couldn't|unable|not (?:found|supported"
@@ -201,9 +201,9 @@ def to_failure(group: FailureGroup, job_name: str | None = None) -> Failure:
     evidence = tuple(c.line for c in sorted(group.evidence, key=lambda c: c.line_no) if c is not best)
     nearby = [line for line in best.neighbourhood if line not in evidence]
     failure.evidence = [line[:400] for line in (*evidence[:MAX_EVIDENCE_LINES], *nearby)]
-    # a rule reads the failure's lines and their neighbourhood (what the comment shows beside it)
     # the lines just around it, as the comment shows them: a generic reading may be made specific
-    apply_rules(failure, evidence, job_name, best.info.kind, nearby=tuple(line for line in best.context if line not in evidence))
+    around = tuple(line for line in best.context if line not in evidence)
+    apply_rules(failure, evidence, job_name, best.info.kind, nearby=around)
     return failure
 
 
