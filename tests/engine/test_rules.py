@@ -234,3 +234,11 @@ def test_what_fails_on_a_simulator_or_through_a_driver_is_not_the_devices(line):
     fails or crashes on it, or a UI test's own failure reported by its driver, is the change's."""
     first = engine.classify_text(line + "\n", failed=True, use_model=False)[0]
     assert first.category != "device_infra" and not first.environment, first.rule
+
+
+def test_a_binary_is_a_qnn_context_binary_only_where_qnn_says_so():
+    first = engine.classify_text("codesign: Failed to validate binary signature of app.so\n", failed=True,
+                                 use_model=False)[0]
+    assert first.rule != "qnn-context-binary" and first.category != "qnn_sdk_or_toolchain"
+    qnn = engine.classify_text("QNN: Failed to validate binary: 1002\n", failed=True, use_model=False)[0]
+    assert (qnn.rule, qnn.category) == ("qnn-context-binary", "qnn_sdk_or_toolchain")
