@@ -168,12 +168,13 @@ def _line_a_rule_knows(lines: list[str], job_name: str | None, best: int) -> int
     those of the highest priority; `best` (the most error-like line) when no rule knows one or
     only a generic (weak) rule does. A line's error words are no match for a rule that knows it."""
     start = max(0, len(lines) - FALLBACK_RULE_LINES)
+    rules = default_rules()
     found, priority = best, None
     for index in range(len(lines) - 1, start - 1, -1):
         line = clean_line(lines[index])
         if not line.strip():
             continue
-        match = match_rules(default_rules(), Subject(primary=line, lines=(), message=line, job=job_name or ""))
+        match = match_rules(rules, Subject(primary=line, lines=(), message=line, job=job_name or ""))
         if match and match.rule.strength != "weak" and (priority is None or match.rule.priority > priority):
             found, priority = index, match.rule.priority
     return found

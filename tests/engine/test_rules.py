@@ -143,6 +143,11 @@ def test_owners_file_mistakes_name_the_line(tmp_path, text, error):
         owners_table.__wrapped__(path)  # the uncached reader: the shipped table stays cached
 
 
+def read_by_rules(log: str):
+    """The rules' reading of a failed job's log (no model): what a class rule is tested on."""
+    return engine.classify_text(log, failed=True, use_model=False)[0]
+
+
 @pytest.mark.parametrize(
     "log, rule, category",
     [
@@ -195,7 +200,7 @@ def test_owners_file_mistakes_name_the_line(tmp_path, text, error):
 )
 def test_class_rules_read_other_members_of_their_class(log, rule, category):
     """Each class rule on a line of its class that is none of the corpus's records."""
-    first = engine.classify_text(log, failed=True, use_model=False)[0]
+    first = read_by_rules(log)
     assert (first.rule, first.category) == (rule, category), first.line
 
 
@@ -206,7 +211,7 @@ def test_class_rules_read_other_members_of_their_class(log, rule, category):
     "Loading nano model from ./nanogpt.pte",
 ])
 def test_lines_that_only_look_repetitive_or_nan_are_not_numbers(line):
-    first = engine.classify_text(line + "\n", failed=True, use_model=False)[0]
+    first = read_by_rules(line + "\n")
     assert first.rule not in ("numeric-degenerate-output", "numeric-nan-output"), first.rule
 
 
@@ -216,11 +221,11 @@ def test_a_generic_reading_is_made_specific_by_the_lines_around_it_never_a_speci
     log = ("[INFO] [Qnn ExecuTorch]: Using newer context binary on old SDK\n"
            "[INFO] [Qnn ExecuTorch]: Destroy Qnn backend\n"
            "RuntimeError: the runner stopped\n")
-    first = engine.classify_text(log, failed=True, use_model=False)[0]
+    first = read_by_rules(log)
     assert first.line.startswith("RuntimeError") and first.rule == "qnn-context-binary"
     specific = ("[INFO] [Qnn ExecuTorch]: Using newer context binary on old SDK\n"
                 "AssertionError: Tensor-likes are not close!\n")
-    first = engine.classify_text(specific, failed=True, use_model=False)[0]
+    first = read_by_rules(specific)
     assert (first.rule, first.category) == ("numeric-not-close", "numerical_mismatch")
 
 
@@ -232,13 +237,12 @@ def test_a_generic_reading_is_made_specific_by_the_lines_around_it_never_a_speci
 def test_what_fails_on_a_simulator_or_through_a_driver_is_not_the_devices(line):
     """Only the simulator or the lab failing by itself is an environment verdict: a program that
     fails or crashes on it, or a UI test's own failure reported by its driver, is the change's."""
-    first = engine.classify_text(line + "\n", failed=True, use_model=False)[0]
+    first = read_by_rules(line + "\n")
     assert first.category != "device_infra" and not first.environment, first.rule
 
 
 def test_a_binary_is_a_qnn_context_binary_only_where_qnn_says_so():
-    first = engine.classify_text("codesign: Failed to validate binary signature of app.so\n", failed=True,
-                                 use_model=False)[0]
+    first = read_by_rules("codesign: Failed to validate binary signature of app.so\n")
     assert first.rule != "qnn-context-binary" and first.category != "qnn_sdk_or_toolchain"
-    qnn = engine.classify_text("QNN: Failed to validate binary: 1002\n", failed=True, use_model=False)[0]
+    qnn = read_by_rules("QNN: Failed to validate binary: 1002\n")
     assert (qnn.rule, qnn.category) == ("qnn-context-binary", "qnn_sdk_or_toolchain")
