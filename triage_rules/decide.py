@@ -24,7 +24,7 @@ import yaml
 from triage_rules.scorer import Opinion
 from triage_rules.records import CATEGORIES, Failure
 from triage_rules.rules import owners_of, rules_by_id
-from triage_rules.structure import found_in
+from triage_rules.structure import found_in, signals
 
 WEIGHT = {"strong": 0.4, "weak": 0.0}
 RULE_PRIOR = {"strong": 0.8, "weak": 0.3}  # how often such a rule alone is right
@@ -93,13 +93,20 @@ def decide(failure: Failure, opinion: Opinion | None, calibrate: bool = True) ->
     # an environment verdict (SDK missing, backend not registered) is never re-read as the area's
     # or the structure's category; a signal's weight is learnt from the corpus (Scorer.pointing)
     pointed = {} if failure.environment or opinion is None else opinion.structure
+    # the words a specific rule read in its own line are its evidence, not another category's
+    # ("no free space in the KV cache" names the cache: kv-cache-capacity read it)
+    read = {c: v for c, v in pointed.items()
+            if strength == "strong" and c != failure.category and _read_by_rule(v[1], failure.line)}
+    pointed = {c: v for c, v in pointed.items() if c not in read}
     guarded = None if failure.environment else guarded_area(failure.test or "")
     evidence = [f"rule `{failure.rule}` ({strength}, weight {WEIGHT.get(strength, 1.0):.1f}) says {failure.category}"]
     if pointed:
         evidence += [f"structure points to {c} (weight {STRUCTURE_WEIGHT * w:.2f}): learned from "
                      + ", ".join(said) for c, (w, said) in sorted(pointed.items(), key=lambda kv: -kv[1][0])]
-    elif signals:
+    elif signals and not read:
         evidence.append("structure: " + ", ".join(signals) + " (no learned direction)")
+    evidence += [f"structure's {', '.join(e.split(' ', 1)[0] for e in said)} (towards {c}) is in the rule's own "
+                 "line: the rule's evidence, not counted against it" for c, (_, said) in read.items()]
     if guarded:
         evidence.append(f"the failing test guards {guarded} (weight {AREA_WEIGHT:.1f})")
     failure.unsure = []
@@ -154,6 +161,13 @@ def decide(failure: Failure, opinion: Opinion | None, calibrate: bool = True) ->
         failure.unsure = [failure.category, runner_up]
     failure.decision = [f"{failure.decided_by} decided {failure.category}"
                         + (f" (unsure: {runner_up} is close)" if failure.unsure else ""), *evidence]
+
+
+def _read_by_rule(said: tuple[str, ...], line: str) -> bool:
+    """Whether every signal in `said` ("<id> <weight> (...)") is found in the rule's own line."""
+    by_id = {s.id: s for s in signals()}
+    ids = [entry.split(" ", 1)[0] for entry in said]
+    return all(i in by_id and by_id[i].pattern.search(line) for i in ids)
 
 
 def _not_in_log(failure: Failure) -> None:

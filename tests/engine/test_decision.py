@@ -101,3 +101,20 @@ def test_the_guarded_property_of_the_failing_test_decides_over_the_exception_lay
     plain = classify_text("FAILED test/test_ops.py::test_add - executorch.exir.verification.verifier."
                           "SpecViolationError: Operator torch._ops.aten.foo.default is not Aten Canonical.\n")[0]
     assert plain.category == "export_failure"
+
+
+def test_a_specific_rules_own_words_are_not_structure_against_it():
+    """A KV cache with no room names the KV cache: the structure's `kv_cache` signal (pointing
+    to mutable_buffer) is what the rule already read in its line, so it does not overrule the
+    rule. The same signal found outside the rule's line still weighs."""
+    kv = {"mutable_buffer": (0.9, ("kv_cache 0.90 (table + 40 of 44 training records)",))}
+    leaning = {c: p for c, p in opinion(mutable_buffer=0.45, runtime_error=0.35).probabilities.items()}
+    failure = rules_reading("update_slots : failed to find free space in the KV cache, retrying with smaller n_batch")
+    assert failure.rule == "kv-cache-capacity"
+    decide(failure, Opinion(leaning, (), structure=kv))
+    assert (failure.category, failure.decided_by) == ("runtime_error", "kv-cache-capacity")
+    assert any("kv_cache (towards mutable_buffer) is in the rule's own line" in e for e in failure.decision)
+    elsewhere = rules_reading("AssertionError: Tensor-likes are not close!")
+    assert elsewhere.rule == "numeric-not-close"
+    decide(elsewhere, Opinion(leaning | {"numerical_mismatch": 0.05}, (), structure=kv))
+    assert (elsewhere.category, elsewhere.decided_by) == ("mutable_buffer", "structure")
