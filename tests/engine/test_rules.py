@@ -233,6 +233,10 @@ def test_a_generic_reading_is_made_specific_by_the_lines_around_it_never_a_speci
     "RuntimeError: Corstone-320 FVP run failed: output mismatch on tensor 0",  # the program's failure
     "qemu: uncaught target signal 11 (Segmentation fault) - core dumped",  # the program crashed
     "org.openqa.selenium.NoSuchElementException: no such element (Appium) Session ID: 1234",  # the app's
+    # a compute device failing is the program's: a kernel's assertion, a GPU lost mid-run
+    "RuntimeError: CUDA error: device-side assert triggered; the expected device was not found",
+    "  what():  vk::Device::waitForFences: ErrorDeviceLost",
+    "RuntimeError: XPU device lost while running the graph",
 ])
 def test_what_fails_on_a_simulator_or_through_a_driver_is_not_the_devices(line):
     """Only the simulator or the lab failing by itself is an environment verdict: a program that
