@@ -474,28 +474,39 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
+    installed, version = load_executorch()
+    records: list[dict] = []
+    for name in args.area or sorted(AREAS):
+        records += area_records(AREAS[name], args.per_module, args.seed, installed, version, args.module)
+    write_records(records, args.out)
+    return 0
+
+
+def load_executorch() -> tuple[Path, str]:
+    """Import torch and ExecuTorch once in this (parent) process, every child forks from here:
+    (the installed package's folder, its version). Never the Qualcomm backend without an SDK."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if not os.environ.get("QNN_SDK_ROOT"):
         sys.meta_path.insert(0, _NoQualcomm())
-    import torch  # the parent imports once; every child forks from here
+    import torch
 
     torch.set_num_threads(1)
     import executorch
 
     installed = Path(next(iter(executorch.__path__))).resolve()  # a namespace package: no __file__
-    version = metadata.version("executorch")
-    records: list[dict] = []
-    for name in args.area or sorted(AREAS):
-        records += area_records(AREAS[name], args.per_module, args.seed, installed, version, args.module)
+    return installed, metadata.version("executorch")
+
+
+def write_records(records: list[dict], out: Path) -> None:
+    """The records, each id once, to `out` as JSON lines, checked by the corpus loader."""
     ids: set[str] = set()
     unique = [r for r in records if not (r["id"] in ids or ids.add(r["id"]))]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in unique), encoding="utf-8")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in unique), encoding="utf-8")
     from triage_rules.corpus import load_corpus
 
-    load_corpus(args.out)  # the corpus loader's checks hold
-    print(f"{len(unique)} record(s) in {args.out}")
-    return 0
+    load_corpus(out)  # the corpus loader's checks hold
+    print(f"{len(unique)} record(s) in {out}")
 
 
 if __name__ == "__main__":

@@ -25,22 +25,20 @@ it) makes no record: the split stays unseen.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
-from importlib import import_module, metadata
+from importlib import import_module
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from mutant_records import (AREAS, _NoQualcomm, excerpt_of, in_child_pytest, patch_module, pytest_args,  # noqa: E402
-                            run_forked, sections_of)
+from mutant_records import (AREAS, excerpt_of, in_child_pytest, load_executorch, patch_module,  # noqa: E402
+                            pytest_args, run_forked, sections_of, write_records)
 from triage_rules.roots import shape  # noqa: E402
 
 OUT = REPO / "tests" / "engine" / "corpus" / "generated" / "reversed_fixes_of_executorch.jsonl"
@@ -213,16 +211,7 @@ def main() -> int:
     parser.add_argument("--until", default="v1.4.1", help="the installed release's tag")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    if not os.environ.get("QNN_SDK_ROOT"):
-        sys.meta_path.insert(0, _NoQualcomm())
-    import torch  # the parent imports once; every child forks from here
-
-    torch.set_num_threads(1)
-    import executorch
-
-    installed = Path(next(iter(executorch.__path__))).resolve()
-    version = metadata.version("executorch")
+    installed, version = load_executorch()
     records: list[dict] = []
     found = fixes(args.repo, args.since, args.until, installed)
     print(f"{len(found)} fix(es) with an area and a test in the wheel", flush=True)
@@ -230,16 +219,8 @@ def main() -> int:
         made, why = records_of(args.repo, fix, installed, version)
         print(f"  {fix.sha[:10]} {fix.category:22} {len(made)} record(s): {why} | {fix.subject[:70]}", flush=True)
         records += made
-    ids: set[str] = set()
-    unique = [r for r in records if not (r["id"] in ids or ids.add(r["id"]))]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in unique), encoding="utf-8")
-    from triage_rules.corpus import load_corpus
-
-    load_corpus(args.out)  # the corpus loader's checks hold
-    print(f"{len(unique)} record(s) in {args.out}")
+    write_records(records, args.out)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
