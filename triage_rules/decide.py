@@ -24,7 +24,8 @@ import yaml
 from triage_rules.scorer import Opinion
 from triage_rules.records import CATEGORIES, Failure
 from triage_rules.rules import owners_of, rules_by_id
-from triage_rules.structure import found_in, signals
+from triage_rules.structure import found_in
+from triage_rules.structure import signals as signal_table
 
 WEIGHT = {"strong": 0.4, "weak": 0.0}
 RULE_PRIOR = {"strong": 0.8, "weak": 0.3}  # how often such a rule alone is right
@@ -165,7 +166,7 @@ def decide(failure: Failure, opinion: Opinion | None, calibrate: bool = True) ->
 
 def _read_by_rule(said: tuple[str, ...], line: str) -> bool:
     """Whether every signal in `said` ("<id> <weight> (...)") is found in the rule's own line."""
-    by_id = {s.id: s for s in signals()}
+    by_id = {s.id: s for s in signal_table()}
     ids = [entry.split(" ", 1)[0] for entry in said]
     return all(i in by_id and by_id[i].pattern.search(line) for i in ids)
 
