@@ -114,8 +114,8 @@ def fixes(repo: Path, since: str, until: str, installed: Path) -> list[Fix]:
 
 
 def undone(repo: Path, fix: Fix, installed: Path, scratch: Path) -> dict[str, str]:
-    """{package-relative path: the installed source with the fix's diff reversed}, for each of
-    its area modules whose diff still applies."""
+    """{package-relative path: the installed source with what still applies of the fix's diff
+    reversed}, for each of its area modules where any hunk of it does."""
     out = {}
     for path in fix.sources:
         work = scratch / "undo"
