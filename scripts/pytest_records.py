@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
+import mutant_records  # noqa: E402
 from regression_records import PATCH_DIRS, expected_category, overlay_for, touched  # noqa: E402
 from tasks.pipeline import overlay  # noqa: E402
 from triage_rules.corpus import load_corpus  # noqa: E402
@@ -77,12 +78,11 @@ def run_tests(package_parent: Path, category: str, scratch: Path) -> dict[str, s
 
 
 def general(line: str, installed: Path, scratch: Path) -> str:
-    """A line as ExecuTorch's CI prints it: the package's files relative to the repository's
-    top, other installed files under a generic site-packages, no path of this machine."""
-    for package in (str(scratch / "overlay" / "executorch") + "/", "overlay/executorch/", str(installed) + "/"):
+    """A line as ExecuTorch's CI prints it (mutant_records.general), the overlay's copy of the
+    package read as the package."""
+    for package in (str(scratch / "overlay" / "executorch") + "/", "overlay/executorch/"):
         line = line.replace(package, "")
-    line = line.replace(str(installed.parent), "/opt/conda/lib/python3.11/site-packages").replace(str(REPO), "/etriage")
-    return re.sub(r"/root/\.pyenv/versions/[\d.]+/lib/", "/opt/conda/lib/", line)
+    return mutant_records.general(line, installed)
 
 
 def excerpt_of(test: str, text: str, installed: Path, scratch: Path) -> tuple[str, str] | None:
