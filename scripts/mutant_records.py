@@ -185,14 +185,15 @@ def run_forked(function, timeout: float = CHILD_TIMEOUT):
                 os.kill(target, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-    signal.signal(signal.SIGALRM, kill)
-    signal.alarm(int(timeout))
+    previous = signal.signal(signal.SIGALRM, kill)
+    signal.alarm(max(1, int(timeout)))
     try:
         with os.fdopen(read) as inp:
             data = inp.read()
         os.waitpid(pid, 0)
     finally:
         signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
     try:
         return json.loads(data) if data else None
     except json.JSONDecodeError:
