@@ -48,7 +48,7 @@ PREFILTER_LITERALS: tuple[str, ...] = (
     "rror", "RROR", "ail", "AIL", "atal", "xception", "Interrupt", "enied", "imed out", "took >",
     "Killed", "Segmentation", "dumped", "No space", "registered", "Missing", "undefined ref",
     "kernel '", "Unsupported", "SymNode", "Lint for", "____ ", "=====", "rate limit", "efusing",
-    "maximum", "dirty", "SIG", "mashing",
+    "maximum", "dirty", "SIG", "mashing", "CONFLICT (",
     # Problems stated without the word error (device labs, QNN, numerics, linters): found by
     # the `problem` kind below, which only wins when a log holds nothing stronger.
     "upported", "imeout", "imed out", "ismatch", "efused", "uthoriz", "annot ", "nable to", "ould not",
@@ -150,6 +150,8 @@ _KINDS: list[tuple[str, re.Pattern[str], int]] = [
     ("timeout", re.compile(r"\btimed out\b|[Tt]ook >\s?\d+\s?min|\bTimeoutError\b|deadline exceeded"), 65),
     ("rate_limit", re.compile(r"rate limit exceeded|secondary rate limit|too many requests", re.I), 65),
     ("no_space", re.compile(r"No space left on device|out of disk|disk quota exceeded"), 70),
+    # git could not merge or rebase the change onto its base (the rule ci-merge-conflict)
+    ("git_conflict", re.compile(r"^CONFLICT \([\w/ -]+\): |^Automatic merge failed|^error: could not apply [0-9a-f]{7,}"), 62),
     ("ci_verdict", re.compile(
         r"\b[Rr]efus(?:e|es|ing) to\b|\b(?:more|larger|greater|bigger) than the (?:\d+ )?(?:maximum|max|limit)"
         r"|\bexceeds? the (?:maximum|limit)|checkout dirty|\bis out of sync with\b"), 60),

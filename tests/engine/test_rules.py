@@ -143,6 +143,18 @@ def test_owners_file_mistakes_name_the_line(tmp_path, text, error):
         owners_table.__wrapped__(path)  # the uncached reader: the shipped table stays cached
 
 
+def test_a_merge_conflict_is_the_change_against_its_base_not_the_environment():
+    log = ("Auto-merging backends/qualcomm/builders/op_linear.py\n"
+           "CONFLICT (content): Merge conflict in backends/qualcomm/builders/op_linear.py\n"
+           "Automatic merge failed; fix conflicts and then commit the result.\n"
+           "##[error]Process completed with exit code 1.\n")
+    first = read_by_rules(log)
+    assert (first.rule, first.category, first.environment) == ("ci-merge-conflict", "other", False)
+    assert "Rebase" in first.suggestion and "re-run" not in first.explanation.lower()
+    rebase = read_by_rules("error: could not apply 3f2a9c1... [QNN] add op_linear\nhint: Resolve all conflicts manually\n")
+    assert (rebase.rule, rebase.environment) == ("ci-merge-conflict", False)
+
+
 def read_by_rules(log: str):
     """The rules' reading of a failed job's log (no model): what a class rule is tested on."""
     return engine.classify_text(log, failed=True, use_model=False)[0]
