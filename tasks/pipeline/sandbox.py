@@ -263,8 +263,7 @@ def run_logged(cmd: list[str], *, cwd: Path, env: dict[str, str], log_path: Path
         try:
             returncode = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)  # the whole group; bwrap's --die-with-parent takes the rest
-            proc.wait()
+            stop_tree(proc)
             returncode = None
     limit = f"wall-clock limit ({timeout:.0f} s)" if returncode is None else \
         _limit_hit(sandbox, returncode, _tail_bytes(log_path)) if sandbox.enabled else ""
@@ -272,6 +271,61 @@ def run_logged(cmd: list[str], *, cwd: Path, env: dict[str, str], log_path: Path
         with open(log_path, "ab") as log:
             log.write(f"\n[etriage] stopped at the sandbox's {limit}\n".encode())
     return Completed(returncode, time.monotonic() - start, log_path, limit)
+
+
+TREE_GONE_WAIT = 15.0  # seconds a stopped run's processes may take to be gone (a fork bomb's, under load)
+
+
+def _descendants(root: int) -> list[int]:
+    """Every live process below `root`, from /proc's parent links (a new session or PID
+    namespace inside the sandbox does not hide them from the worker's side)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie runs nothing; its parent or the kernel reaps it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def stop_tree(proc: subprocess.Popen, wait: float = TREE_GONE_WAIT) -> list[int]:
+    """Kill a run's whole process tree and return once none of it runs any more: the group,
+    and every process below it (the sandbox's inner session and PID namespace, which
+    --die-with-parent would only take down asynchronously). Returns the pids still running
+    after `wait` seconds (none, unless the kernel is that slow)."""
+    tree = _descendants(proc.pid)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    proc.wait()
+    deadline = time.monotonic() + wait
+    while True:
+        left = [pid for pid in tree if _running(pid)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
 
 
 LOG_READ = 1 << 20  # characters of a log the worker reads to classify or search it (its end)

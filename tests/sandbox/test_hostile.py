@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tasks.pipeline.sandbox import Limits, Sandbox, SandboxUnavailable, run_logged, scrubbed_env
+from tasks.pipeline.sandbox import Limits, Sandbox, SandboxUnavailable, run_logged, scrubbed_env, stop_tree
 
 HOSTILE = Path(__file__).with_name("hostile.py")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -171,6 +171,24 @@ def test_a_fork_bomb_is_bounded_and_the_whole_tree_is_killed(arena):
     assert "[etriage] stopped at the sandbox's wall-clock limit (8 s)" in text
     assert not leftovers(marker)
     os.fork and os.getpid()  # this process still forks: the limit was the sandbox's, not ours
+
+
+def test_a_stopped_run_leaves_nothing_running_even_in_a_session_of_its_own(tmp_path):
+    """What the sandbox's inner session and PID namespace do to a plain process-group kill: a
+    grandchild in a new session is out of the group, and must still be gone when the run
+    returns (so the next run on this worker starts on a quiet machine)."""
+    import subprocess
+
+    marker = str(tmp_path / "own-session-marker")
+    sleeper = f"{sys.executable} -c 'import time; time.sleep(300)' {marker}"
+    script = f"setsid {sleeper} & {sleeper} & wait"
+    proc = subprocess.Popen(["sh", "-c", script], start_new_session=True)
+    deadline = time.monotonic() + 10
+    while len(leftovers(marker)) < 3 and time.monotonic() < deadline:  # the shell and its two
+        time.sleep(0.05)
+    assert len(leftovers(marker)) == 3
+    assert stop_tree(proc) == []
+    assert not leftovers(marker)
 
 
 def test_filling_the_disk_stops_at_the_tmpfs_and_the_file_size_limit(arena):
