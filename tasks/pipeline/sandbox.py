@@ -276,7 +276,7 @@ def run_logged(cmd: list[str], *, cwd: Path, env: dict[str, str], log_path: Path
 TREE_GONE_WAIT = 15.0  # seconds a stopped run's processes may take to be gone (a fork bomb's, under load)
 
 
-def _descendants(root: int) -> list[int]:
+def descendants(root: int) -> list[int]:
     """Every live process below `root`, from /proc's parent links (a new session or PID
     namespace inside the sandbox does not hide them from the worker's side)."""
     children: dict[int, list[int]] = {}
@@ -296,7 +296,7 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
     """Alive and not a zombie (a zombie runs nothing; its parent or the kernel reaps it)."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
@@ -309,7 +309,7 @@ def stop_tree(proc: subprocess.Popen, wait: float = TREE_GONE_WAIT) -> list[int]
     and every process below it (the sandbox's inner session and PID namespace, which
     --die-with-parent would only take down asynchronously). Returns the pids still running
     after `wait` seconds (none, unless the kernel is that slow)."""
-    tree = _descendants(proc.pid)
+    tree = descendants(proc.pid)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -322,7 +322,7 @@ def stop_tree(proc: subprocess.Popen, wait: float = TREE_GONE_WAIT) -> list[int]
     proc.wait()
     deadline = time.monotonic() + wait
     while True:
-        left = [pid for pid in tree if _running(pid)]
+        left = [pid for pid in tree if running(pid)]
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.05)

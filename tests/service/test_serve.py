@@ -10,35 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tasks.pipeline.sandbox import descendants, running
 from tests.service.conftest import REPO_ROOT
 
 ETRIAGE = [sys.executable, "-m", "etriage.cli"]
 pytestmark = pytest.mark.service
-
-
-def descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -60,13 +36,13 @@ def test_serve_stops_web_worker_and_redis_on_signal(tmp_path, sig):
         secret = (tmp_path / "webhook-secret").read_text()
         assert secret in banner and len(secret) == 40
         children = descendants(process.pid)
-        names = {Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0] for p in children if alive(p)}
+        names = {Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0] for p in children if running(p)}
         assert any(b"redis-server" in n for n in names)
         assert len(children) >= 3  # redis-server, the worker and its pool
         process.send_signal(sig)
         process.communicate(timeout=60)
         assert process.returncode == 0
-        survivors = [p for p in children if alive(p)]
+        survivors = [p for p in children if running(p)]
         assert survivors == []
     finally:
         if process.poll() is None:
