@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -125,9 +127,6 @@ def test_a_mutant_swapped_into_the_process_fails_its_test_and_becomes_a_valid_re
 
 
 def test_a_child_that_hangs_is_killed_and_reported_as_nothing():
-    import signal
-    import time
-
     handler = signal.getsignal(signal.SIGALRM)
     started = time.monotonic()
     assert mutants.run_forked(lambda: time.sleep(60), timeout=1) is None

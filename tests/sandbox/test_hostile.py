@@ -9,6 +9,7 @@ import re
 import shutil
 import socket
 import sqlite3
+import subprocess
 import sys
 import threading
 import time
@@ -177,8 +178,6 @@ def test_a_stopped_run_leaves_nothing_running_even_in_a_session_of_its_own(tmp_p
     """What the sandbox's inner session and PID namespace do to a plain process-group kill: a
     grandchild in a new session is out of the group, and must still be gone when the run
     returns (so the next run on this worker starts on a quiet machine)."""
-    import subprocess
-
     marker = str(tmp_path / "own-session-marker")
     sleeper = f"{sys.executable} -c 'import time; time.sleep(300)' {marker}"
     script = f"setsid {sleeper} & {sleeper} & wait"
