@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import importlib
 import os
+import re
 import sys
 import tempfile
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from tasks.probes.records import ProbeEnvironmentError
 
 SOC = "SM8650"  # Snapdragon 8 Gen 3: HTP v75, what the measured facts were taken on
+_ET_LOG_ERROR = re.compile(r"^E \d\d:\d\d:\d\d\.\d+ executorch:")  # ET_LOG(Error, ...) of the delegate
 
 
 def require_sdk() -> str:
@@ -82,8 +84,14 @@ class NativeLog:
     def read(self, text: str) -> None:
         for line in text.splitlines():
             line = " ".join(line.split())
-            if ("<E>" in line or "ERROR" in line) and line not in self.errors and len(self.errors) < self.MAX_LINES:
+            if native_error(line) and line not in self.errors and len(self.errors) < self.MAX_LINES:
                 self.errors.append(line[:self.MAX_CHARS])
+
+
+def native_error(line: str) -> bool:
+    """Whether a line QNN or the delegate printed is an error: QNN's `<E>` and `[ERROR]` lines,
+    an HTP op's `::ERROR:`, and the runtime's `E 00:00:06.278490 executorch:File.cpp:149] ...`."""
+    return "<E>" in line or "ERROR" in line or bool(_ET_LOG_ERROR.match(line.strip()))
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ from tasks.pipeline.suites import SuiteRun
 from tasks.pipeline.tables import load_tables
 from tasks.pipeline.targets import make_target
 from tasks.qnn import sdk
+from tasks.qnn.htp import NativeLog
 from tasks.records import BuildResult
 
 PROVISIONED = sdk.default_root(sys.prefix)
@@ -112,3 +113,17 @@ def test_the_provisioned_libraries_lower_to_htp_and_run_on_x86():
     assert result["layout"] == "ok", result
     assert result["delegates"] == ["QnnBackend"] and result["pte_bytes"] > 10_000
     assert result["max_abs_diff"] < 1e-2
+
+
+def test_the_native_log_keeps_qnn_and_delegate_error_lines_once():
+    """What the probes quote of QNN's C++ output: `<E>`/`[ERROR]` lines and the delegate's
+    ET_LOG errors, each once, whitespace collapsed; info lines are left out."""
+    log = NativeLog()
+    log.read("[INFO] [Qnn ExecuTorch]: Creating new backend bundle.\n"
+             "[ERROR] [Qnn ExecuTorch]:  <E> Failed to parse custom config: 14001\n"
+             "[ERROR] [Qnn ExecuTorch]:  <E> Failed to parse custom config: 14001\n"
+             "I 00:00:06.200000 executorch:QnnManager.cpp:90] Initialize QnnManager\n"
+             "E 00:00:06.278490 executorch:QnnBackendUnifiedRegistry.cpp:149] Fail to configure Qnn device\n")
+    assert log.errors == ["[ERROR] [Qnn ExecuTorch]: <E> Failed to parse custom config: 14001",
+                          "E 00:00:06.278490 executorch:QnnBackendUnifiedRegistry.cpp:149] Fail to configure Qnn device"]
+    assert log.primary == log.errors[0]
