@@ -4,7 +4,7 @@ becomes a corpus record.
 
     QNN_SDK_ROOT=... LD_LIBRARY_PATH=$QNN_SDK_ROOT/lib/x86_64-linux-clang \\
     .venv/bin/python scripts/qnn_records.py [--part sdk|builders] [--per-module 4] [--seed 0]
-        [--out tests/engine/corpus/generated/qnn_simulator_of_executorch.jsonl]
+        [--out tests/engine/corpus/untrained/qnn_simulator_of_executorch.jsonl]
 
 Op builders (`backends/qualcomm/builders/op_*.py`) turn each edge op into QNN op wrappers:
 tensors, parameters, axes. A mutant of one (one small change: bench/mutants.py) is lowered with
@@ -23,6 +23,8 @@ crash (that is a runtime error, whatever broke).
 
 Records' sources are the mutated builders and the SDK's library folder, never a thread of the
 evaluation split (such a record is dropped); a record's note names this script and what broke.
+They are written to `corpus/untrained/`, which training does not read: trained on, they raised
+grouped CV but cost a multi-method record of the evaluation split (docs/ENGINE.md).
 """
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ from tasks.qnn import sdk as sdk_module  # noqa: E402
 from tasks.qnn.htp import native_error  # noqa: E402
 from triage_rules.roots import shape  # noqa: E402
 
-OUT = REPO / "tests" / "engine" / "corpus" / "generated" / "qnn_simulator_of_executorch.jsonl"
+OUT = REPO / "tests" / "engine" / "corpus" / "untrained" / "qnn_simulator_of_executorch.jsonl"
 BUILDERS = "backends/qualcomm/builders"
 SDK_PATH = "/opt/qcom/aistack/qairt/2.49.40.260810"  # where the SDK sits on a user's machine
 MAX_LINES = 38  # an excerpt is 2 to 40 lines (the corpus's rule)
@@ -393,8 +395,9 @@ def sdk_records(installed: Path, version: str, only: list[str] | None = None) ->
             "source": f"https://github.com/pytorch/executorch/blob/v{version}/backends/qualcomm/runtime/backends/QnnImplementation.cpp",
             "origin": "generated: QNN HTP lowering against a broken copy of the QNN SDK",
             "excerpt": excerpt[0], "failure_line": excerpt[1], "category": "qnn_sdk_or_toolchain",
-            "note": (f"scripts/qnn_records.py: {what}; lowering a 2-input add/relu model to HTP with the installed "
-                     f"executorch {version} and QAIRT 2.49.40 (onnxruntime-qnn 2.5.0) failed so"),
+            "note": (f"scripts/qnn_records.py: tasks/qnn/htp.py lowering a 2-input add/relu model to HTP with the "
+                     f"installed executorch {version} failed so, against a copy of the provisioned SDK (QAIRT "
+                     f"2.49.40, onnxruntime-qnn 2.5.0) where {what}"),
         })
     return out
 

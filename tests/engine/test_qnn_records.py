@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tasks.qnn import sdk
-from triage_rules.corpus import load_corpus
+from triage_rules.corpus import EVAL_FILE, generated_files, load_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "qnn_records.py"
@@ -91,6 +91,16 @@ def test_a_builder_record_is_one_the_corpus_loader_accepts(tmp_path):
     [loaded] = load_corpus(out)
     assert loaded.category == "qnn_op_validation" and loaded.thread.endswith("backends/qualcomm/builders/op_cat.py")
     assert "op_cat.py" in record["note"] and "'vision' model" in record["note"]
+
+
+def test_the_committed_simulator_records_load_and_stay_out_of_training_and_the_evaluation_split():
+    records = load_corpus(qnn_records.OUT)
+    assert {r.category for r in records} == {"qnn_op_validation", "qnn_sdk_or_toolchain"}
+    assert qnn_records.OUT not in generated_files()  # not trained on: docs/ENGINE.md says why
+    eval_threads = {r.thread for r in load_corpus(EVAL_FILE)}
+    for record in records:
+        assert record.thread not in eval_threads and record.note.startswith("scripts/qnn_records.py: ")
+        assert "/work/" not in record.excerpt and "/tmp/" not in record.excerpt
 
 
 def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
