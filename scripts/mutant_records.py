@@ -397,12 +397,7 @@ def area_records(area: Area, per_module: int, seed: int, installed: Path, versio
             rng.shuffle(chosen)
             shapes: set[str] = set()
             made = tried = 0
-            for mutant in chosen:
-                if tried >= per_module:
-                    break
-                mutated = mutant.mutated(source)
-                if mutated is None:
-                    continue
+            for mutant, mutated in compiling(chosen, source, per_module):
                 tried += 1
                 nodeids = pick_tests({i for line in mutant.lines for i in lines_run.get(str(line), [])}, test_files)
                 result = mutant_failures(filename, source, mutated, nodeids, installed, scratch)
@@ -425,6 +420,18 @@ def area_records(area: Area, per_module: int, seed: int, installed: Path, versio
                       f"{len(result['failed'])} failed, {kept} kept{copies}", flush=True)
             print(f"{area.category} {module.path}: {made} record(s) of {tried} mutant(s)", flush=True)
     return out
+
+
+def compiling(chosen: list[Mutant], source: str, limit: int):
+    """(mutant, mutated module) of the first `limit` mutants in `chosen` whose module compiles."""
+    taken = 0
+    for mutant in chosen:
+        if taken >= limit:
+            return
+        mutated = mutant.mutated(source)
+        if mutated is not None:
+            taken += 1
+            yield mutant, mutated
 
 
 def _in_scope(mutant: Mutant, source: str, functions: str) -> bool:

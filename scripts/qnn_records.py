@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
 from bench.mutants import candidates  # noqa: E402
-from mutant_records import general, load_executorch, patch_module, run_forked, write_records  # noqa: E402
+from mutant_records import compiling, general, load_executorch, patch_module, run_forked, write_records  # noqa: E402
 from triage_rules.corpus import EVAL_FILE, load_corpus, thread_of  # noqa: E402
 from tasks.qnn import sdk as sdk_module  # noqa: E402
 from tasks.qnn.htp import native_error  # noqa: E402
@@ -259,12 +259,7 @@ def builder_records(per_module: int, seed: int, installed: Path, version: str, o
         random.Random(f"{seed}:{path}").shuffle(chosen)  # a module's mutants whichever others run
         shapes: set[str] = set()
         tried = made = 0
-        for mutant in chosen:
-            if tried >= per_module:
-                break
-            mutated = mutant.mutated(source)
-            if mutated is None:
-                continue
+        for mutant, mutated in compiling(chosen, source, per_module):
             tried += 1
             using = [n for n in runs if any(line in runs[n].get(filename, ()) for line in mutant.lines)]
             using = using[:MODELS_PER_MUTANT]

@@ -5,6 +5,7 @@ traceback turned into a record the corpus loader accepts; which commits count as
 which area, and undoing one on the installed file."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import shutil
 import signal
@@ -124,6 +125,15 @@ def test_a_mutant_swapped_into_the_process_fails_its_test_and_becomes_a_valid_re
     [loaded] = load_corpus(out)
     assert loaded.category == "multi_method_lowering" and loaded.failure_line == line
     assert "negate_condition" in loaded.note and "test_partition_tags_adds" in loaded.note
+
+
+def test_compiling_takes_the_first_mutants_whose_module_compiles_up_to_the_limit():
+    found = mutants.candidates(LOWERING, "etr_lowering_pkg/lowering.py")
+    broken = dataclasses.replace(found[0], edits=((1, 0, 1, 3, "def def"),))  # a syntax error
+    taken = list(mutants.compiling([broken, *found], LOWERING, 2))
+    assert [m for m, _ in taken] == found[:2]
+    assert all(mutated == m.apply(LOWERING) != LOWERING for m, mutated in taken)
+    assert list(mutants.compiling(found, LOWERING, 0)) == []
 
 
 def test_a_child_that_hangs_is_killed_and_reported_as_nothing():
