@@ -47,7 +47,7 @@ from bench.mutants import candidates  # noqa: E402
 from mutant_records import compiling, general, load_executorch, patch_module, run_forked, write_records  # noqa: E402
 from triage_rules.corpus import EVAL_FILE, load_corpus, thread_of  # noqa: E402
 from tasks.qnn import sdk as sdk_module  # noqa: E402
-from tasks.qnn.htp import native_error  # noqa: E402
+from tasks.qnn.htp import NativeLog  # noqa: E402
 from triage_rules.roots import shape  # noqa: E402
 
 OUT = REPO / "tests" / "engine" / "corpus" / "untrained" / "qnn_simulator_of_executorch.jsonl"
@@ -209,12 +209,11 @@ def excerpt_of(native: list[str], tb: list[str], installed: Path, sdk: str = "")
     """(excerpt, failure line): QNN's last error lines, then the traceback from ExecuTorch's first
     frame (its tail when long), paths made general; None without an exception line or when a
     path of this machine is left."""
-    tb = [_general(line.rstrip(), installed, sdk) for line in tb if line.strip()]
-    frames = [i for i, line in enumerate(tb) if line.startswith('  File "') and "executorch/" in line.split('"')[1]
-              or line.startswith('  File "backends/') or line.startswith('  File "exir/')]
-    if not tb or not frames:  # nothing of ExecuTorch failed
+    tb = [line.rstrip() for line in tb if line.strip()]
+    first = next((i for i, line in enumerate(tb) if line.startswith(f'  File "{installed}/')), None)
+    if first is None:  # nothing of ExecuTorch failed
         return None
-    body = tb[frames[0]:]
+    body = [_general(line, installed, sdk) for line in tb[first:]]
     exceptions = [line for line in body if _EXCEPTION.match(line)]
     if not exceptions:
         return None
@@ -378,7 +377,9 @@ def sdk_records(installed: Path, version: str, only: list[str] | None = None) ->
         printed = (done.stdout + "\n" + done.stderr).splitlines()
         start = max((i for i, line in enumerate(printed) if line.startswith("Traceback (most recent call last)")),
                     default=None)
-        native = [" ".join(line.split()) for line in printed[:start] if native_error(line)]
+        log = NativeLog()  # QNN's and the delegate's error lines, as the probes quote them
+        log.read("\n".join(printed[:start]))
+        native = log.errors
         tb = printed[start:] if start is not None else []
         excerpt = excerpt_of(native, tb, installed, str(root))
         if excerpt is None:
