@@ -23,13 +23,15 @@ install: $(STAMP)
 run: install
 	$(VENV)/bin/etriage demo
 
-# The whole test suite (real torch/executorch, real Redis + Celery worker, real HTTP).
+# The whole test suite (real torch/executorch, real Redis + Celery worker, real HTTP), one
+# pytest-xdist worker per core (at most 4), a module per worker at a time (tests/conftest.py).
+PYTEST_WORKERS ?= -n auto --maxprocesses 4 --dist loadscope
 test: install
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # Long runs (fuzzing, load) are behind a flag; a short version of each is always on.
 test-slow: install
-	$(VENV)/bin/python -m pytest --run-slow $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest --run-slow $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 bench: install
 	$(VENV)/bin/python bench/classify.py

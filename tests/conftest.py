@@ -14,7 +14,36 @@ def pytest_addoption(parser):
     parser.addoption("--run-slow", action="store_true", help="also run long fuzzing/load tests")
 
 
+# make test runs the suite on pytest-xdist's workers. Each module goes to one worker as a whole,
+# so its module-scoped fixtures are set up once; and the modules that share a machine-wide place
+# go to one worker together, one after another: the native build folders and compiler cache
+# (~/.cache/etriage/test-native), the arm64 userland, binfmt_misc. The controller sees test ids
+# only, so those modules are named here; collection fails if a test elsewhere uses those places.
+MACHINE_WIDE = ("tests/native/", "tests/devices/test_emulated_arm64.py", "tests/devices/test_arm64_userland.py")
+SHARED_PLACES = {"native_data", "source_repo", "binfmt", "arm64_userland"}
+
+
+def worker_scope(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    return "machine-wide" if path.startswith(MACHINE_WIDE) else path
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, when it is installed
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_scope(nodeid)
+
+    return ModuleScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
+    strays = [item.nodeid for item in items if SHARED_PLACES & set(getattr(item, "fixturenames", ()))
+              and worker_scope(item.nodeid) != "machine-wide"]
+    if strays:
+        raise pytest.UsageError(f"tests use a machine-wide place outside tests/conftest.py's MACHINE_WIDE: {strays[:5]}")
     if config.getoption("--run-slow"):
         return
     skip = pytest.mark.skip(reason="long run; use --run-slow (make test-slow)")

@@ -137,5 +137,10 @@ def register_binfmt(interpreter: str | None = None, binfmt_dir: Path = BINFMT_DI
         (binfmt_dir / BINFMT_NAME).write_text("1")
         return f"{BINFMT_NAME} enabled"
     rule = f":{BINFMT_NAME}:M::{AARCH64_MAGIC}:{AARCH64_MASK}:{os.path.realpath(interpreter)}:F"
-    (binfmt_dir / "register").write_text(rule)
+    try:
+        (binfmt_dir / "register").write_text(rule)
+    except FileExistsError:  # another process registered it between the check and the write
+        if not binfmt_registered(binfmt_dir):
+            raise
+        return f"{BINFMT_NAME} already registered"
     return f"{BINFMT_NAME} registered ({os.path.realpath(interpreter)}, F)"

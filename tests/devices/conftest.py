@@ -45,9 +45,13 @@ def _device_user() -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(DEVICE_USER)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
-                        "--shell", "/bin/sh", DEVICE_USER], check=True)
-        return pwd.getpwnam(DEVICE_USER)
+        # not check=True: another test worker may have created the user first (getpwnam then finds it)
+        made = subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
+                               "--shell", "/bin/sh", DEVICE_USER], capture_output=True, text=True)
+        try:
+            return pwd.getpwnam(DEVICE_USER)
+        except KeyError:
+            pytest.fail(f"useradd {DEVICE_USER} failed: {made.stderr.strip()}")
 
 
 class Sshd:
