@@ -90,9 +90,10 @@ def test_a_killed_workers_device_comes_back_after_the_ttl(lab):
 
 
 def test_the_heartbeat_keeps_a_lease_past_its_ttl(lab):
-    pool = lab.pool(ttl=0.5)
+    # 1 s: a beat every 0.33 s, so a pause of 0.67 s (the other test worker busy) still renews it
+    pool = lab.pool(ttl=1)
     with pool.lease("arm64", "long-job") as lease:
-        lab.client.blpop([f"{lab.prefix}test:never"], timeout=2)  # a run four TTLs long
+        lab.client.blpop([f"{lab.prefix}test:never"], timeout=4)  # a run four TTLs long
         assert not lease.lost.is_set()
         assert pool.holder("arm-1") == "long-job"
     assert pool.holder("arm-1") is None
