@@ -30,6 +30,8 @@ def worker_scope(nodeid: str) -> str:
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, when it is installed
 def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") not in ("load", "loadscope"):
+        return None  # a mode chosen on the command line (each, worksteal, ...) is xdist's own
     from xdist.scheduler import LoadScopeScheduling
 
     class ModuleScheduling(LoadScopeScheduling):
