@@ -8,7 +8,7 @@ Layout under the data directory (docs/NATIVE.md says why each piece is where it 
                                                   differ, so unchanged files keep their mtimes
     <data>/native/<repo>/src.json                 the commit the checkout holds
     <data>/native/<repo>/build/<recipe>-<toolchain>/       a configured build folder per (recipe, toolchain)
-    <data>/native/<repo>/build/<recipe>-<toolchain>.json   what it was configured with
+    <data>/native/<repo>/build/<recipe>-<toolchain>.json   the commit its configure saw
     <data>/build-cache/<recipe>-<toolchain>-<key>/         the artifacts (executor_runner) of one build
 
 <repo> is the repository's root commit: every clone of one project shares a checkout. <key>
@@ -18,6 +18,10 @@ command lines hold paths relative to the build folder, identical in every reposi
 
 A build folder configured from another source directory, toolchain or recipe flags, or whose
 CMakeCache.txt does not parse, is removed and configured from scratch (the report says why).
+A reused folder is configured again, in place, when the recipe's input files were added or
+removed since the commit its configure saw: CMake fixes globbed source lists (the portable
+kernels' *.cpp) at configure time, so a change that adds or deletes a kernel would otherwise
+fail to build, or build without its new file, for reasons that are not the change's.
 Every build command runs in the sandbox (tasks.pipeline.sandbox.run_logged): the checkout is
 read-only there, the build folder and the compiler cache writable, no network.
 """
@@ -118,6 +122,7 @@ class NativeBuild:
     log: str = ""  # the failed step's log, paths relative to the source root
     cached: bool = False  # artifacts from <data>/build-cache: nothing was built
     fresh_folder: str = ""  # why the build folder was configured from scratch ("" when reused)
+    reconfigured: str = ""  # why a reused folder was configured again ("" when it was not)
     steps: dict[str, float] = field(default_factory=dict)  # checkout, configure, build, ... -> seconds
     compiled: list[str] = field(default_factory=list)  # sources the compiler really compiled
     from_ccache: list[str] = field(default_factory=list)  # sources the compiler cache answered
@@ -135,6 +140,8 @@ class NativeBuild:
             names = ", ".join(self.compiled[:3]) + (f" and {len(self.compiled) - 3} more" if len(self.compiled) > 3 else "")
             rate += f"; compiled {names}"
         fresh = f"; fresh build folder: {self.fresh_folder}" if self.fresh_folder else ""
+        if self.reconfigured:
+            fresh += f"; configured again: {self.reconfigured}"
         return f"{self.recipe} ({self.toolchain}) at {self.commit[:12]}: {self.status} ({steps}{rate}){fresh}"
 
 
@@ -373,6 +380,21 @@ def foreign_reason(build: Path, src: Path, configure: list[str]) -> str:
     return ""
 
 
+def layout_change(repo: Path, configured_at: str, commit: str, recipe: Recipe) -> str:
+    """Why a reused build folder, last configured at `configured_at`, must be configured again
+    for `commit`: files of the recipe's inputs added or removed between the two; "" if none."""
+    if configured_at == commit:
+        return ""
+    if not re.fullmatch(r"[0-9a-f]{40}", configured_at) or not _has_commit(repo, configured_at):
+        return "the commit its configure saw is not known"
+    out = gitio.git(repo, "diff", "--name-only", "-z", "--no-renames", "--diff-filter=AD", configured_at, commit)
+    moved = [treepaths.check(path) for path in out.split("\0") if path and recipe.covers(path)]
+    if not moved:
+        return ""
+    more = f" and {len(moved) - 1} more" if len(moved) > 1 else ""
+    return f"files added or removed since {configured_at[:12]}: {moved[0]}{more}"
+
+
 # ---- building --------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -434,10 +456,14 @@ def build(spec: BuildSpec, recipe: Recipe, commit: str, classify, toolchain: Too
         for path in in_sources:
             path.mkdir(parents=True, exist_ok=True)
         result.fresh_folder = foreign_reason(folder, src, configure)
+        configured = folder.with_name(folder.name + ".json")  # outside the sandbox's writable folder
         if result.fresh_folder:
             if folder.exists():
                 shutil.rmtree(folder)
             folder.mkdir(parents=True)
+        else:
+            result.reconfigured = layout_change(spec.repo, str(_read_json(configured).get("commit", "")),
+                                                commit, recipe)
         statslog = spec.run_dir / "native" / f"ccache-{recipe.name}-{commit[:12]}.log"
         statslog.parent.mkdir(parents=True, exist_ok=True)
         statslog.write_text("")
@@ -453,7 +479,7 @@ def build(spec: BuildSpec, recipe: Recipe, commit: str, classify, toolchain: Too
         shared = [Path(spec.shared_ccache)] if spec.shared_ccache else []
         for path in shared:
             path.mkdir(parents=True, exist_ok=True)
-        steps = ([("configure", configure)] if result.fresh_folder else []) + \
+        steps = ([("configure", configure)] if result.fresh_folder or result.reconfigured else []) + \
             [(f"build{'' if i == 0 else i + 1}", c) for i, c in enumerate(build_steps)]
         for name, cmd in steps:
             t = time.monotonic()
@@ -473,7 +499,10 @@ def build(spec: BuildSpec, recipe: Recipe, commit: str, classify, toolchain: Too
                 result.reason = f"{recipe.name}: {name} failed" + (f" ({done.limit})" if done.limit else "")
                 if name == "configure":  # never reuse a half-configured folder
                     shutil.rmtree(folder, ignore_errors=True)
+                    configured.unlink(missing_ok=True)
                 return result, list(classify(text, job_name=f"build {recipe.name}", failed=True))
+            if name == "configure":
+                configured.write_text(json.dumps({"commit": commit}))
         _read_stats(result, statslog, src)
         t = time.monotonic()
         result.artifacts_dir = str(_store(folder, recipe, artifacts, result, spec.use_cache))

@@ -85,6 +85,39 @@ def test_the_checkout_moves_by_writing_only_what_differs(tmp_path):
     assert native.sync_checkout(repo, second, src, state) == "exported"
 
 
+def test_a_reused_folder_is_configured_again_when_the_recipes_files_come_or_go(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+
+    def commit(message: str, write: dict[str, str] = {}, remove: tuple[str, ...] = ()) -> str:
+        for name, text in write.items():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            (repo / name).write_text(text)
+        for name in remove:
+            (repo / name).unlink()
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "--allow-empty", "-m", message)
+        return git(repo, "rev-parse", "HEAD")
+
+    recipe = load_tables().recipes["portable"]
+    first = commit("one", {"CMakeLists.txt": "project(x)\n", "kernels/portable/cpu/op_a.cpp": "int a;\n"})
+    edited = commit("edit", {"kernels/portable/cpu/op_a.cpp": "int a = 1;\n"})
+    docs = commit("docs", {"docs/kernels.md": "# kernels\n"})
+    added = commit("add", {"kernels/portable/cpu/op_b.cpp": "int b;\n", "kernels/portable/cpu/op_c.cpp": "int c;\n"})
+    removed = commit("remove", remove=("kernels/portable/cpu/op_a.cpp",))
+
+    assert native.layout_change(repo, first, first, recipe) == ""
+    assert native.layout_change(repo, first, edited, recipe) == ""  # the same files: ninja rebuilds it
+    assert native.layout_change(repo, first, docs, recipe) == ""  # not an input of the recipe
+    assert native.layout_change(repo, docs, added, recipe) == \
+        f"files added or removed since {docs[:12]}: kernels/portable/cpu/op_b.cpp and 1 more"
+    assert "kernels/portable/cpu/op_a.cpp" in native.layout_change(repo, added, removed, recipe)
+    assert "op_a.cpp" in native.layout_change(repo, removed, first, recipe)  # and back
+    for unknown in ("", "not a sha", "f" * 40):
+        assert native.layout_change(repo, unknown, first, recipe) == "the commit its configure saw is not known"
+
+
 def test_compiler_messages_name_repository_paths():
     text = ("../../src/executorch/kernels/portable/cpu/op_add.cpp:27:3: error: 'x' was not declared\n"
             f"{SRC}/runtime/core/evalue.cpp:1:1: error: y\n"
