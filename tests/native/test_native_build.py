@@ -1,5 +1,6 @@
 """native.build on ExecuTorch's real sources, below the pipeline: a corrupt build folder is
-configured again from scratch (and the compiler cache answers every object). Behind --run-slow
+configured again from scratch (and the compiler cache answers every object); a reused folder is
+configured again when a commit adds or removes a kernel. Behind --run-slow
 (their first builds cost minutes): the XNNPACK recipe rebuilds a change in the XNNPACK runtime
 whose runner then runs the XNNPACK-delegated programs, and the aarch64 cross build's runner
 runs the same bundle under qemu."""
@@ -16,9 +17,10 @@ import pytest
 from tasks.pipeline import native, programs
 from tasks.pipeline.sandbox import Sandbox, run_logged, scrubbed_env
 from tasks.pipeline.tables import load_tables
+from tests.native.conftest import PROBE_KERNELS, trim_portable_kernels
 from triage_rules import classify_text
 
-# a cold machine builds ExecuTorch once (about 8 minutes here) inside the first of these tests
+# a cold machine builds ExecuTorch once inside the first test that builds (source_repo.short, conftest.py)
 pytestmark = [pytest.mark.executorch, pytest.mark.timeout(2400)]
 
 
@@ -26,22 +28,47 @@ def test_a_corrupt_build_folder_is_configured_again_from_scratch(source_repo, na
     spec = native.BuildSpec(source_repo.path, native_data, tmp_path / "run", sys.executable, Sandbox(),
                             use_cache=False)
     recipe = load_tables().recipes["portable"]
-    first, _ = native.build(spec, recipe, source_repo.base, classify_text)
+    first, _ = native.build(spec, recipe, source_repo.short, classify_text)
     assert first.status == "ok", first.log[-3000:]
-    folder = native.native_dir(native_data) / native.repo_id(source_repo.path, source_repo.base) / "build" / "portable-host"
+    folder = native.native_dir(native_data) / native.repo_id(source_repo.path, source_repo.short) / "build" / "portable-host"
     cache = folder / "CMakeCache.txt"
     cache.write_text(cache.read_text() + "\x00this line is not a cache entry\n")
 
-    again, _ = native.build(spec, recipe, source_repo.base, classify_text)
+    again, _ = native.build(spec, recipe, source_repo.short, classify_text)
     assert again.status == "ok", again.log[-3000:]
     assert "does not parse" in again.fresh_folder and "configure" in again.steps
     assert "fresh build folder: its CMakeCache.txt does not parse" in again.summary()
     assert again.from_ccache and not again.compiled  # a fresh folder, every object from the compiler cache
     assert (Path(again.artifacts_dir) / "executor_runner").is_file()
-    assert json.loads((Path(again.artifacts_dir) / "build.json").read_text())["commit"] == source_repo.base
+    assert json.loads((Path(again.artifacts_dir) / "build.json").read_text())["commit"] == source_repo.short
     # and the folder it left is reused as it is: nothing to configure, nothing to compile
-    third, _ = native.build(spec, recipe, source_repo.base, classify_text)
+    third, _ = native.build(spec, recipe, source_repo.short, classify_text)
     assert third.fresh_folder == "" and "configure" not in third.steps and not third.compiled
+
+
+def test_a_commit_that_removes_or_adds_a_kernel_configures_the_reused_folder_again(source_repo, native_data, tmp_path):
+    """CMake globs the portable kernels at configure time: without configuring again, ninja
+    wants the removed op_relu.cpp ("missing and no known rule to make it"), a failure that is
+    not the change's, and would never compile a kernel a change adds."""
+    spec = native.BuildSpec(source_repo.path, native_data, tmp_path / "run", sys.executable, Sandbox(),
+                            use_cache=False)
+    recipe = load_tables().recipes["portable"]
+    start, _ = native.build(spec, recipe, source_repo.short, classify_text)
+    assert start.status == "ok", start.log[-3000:]
+    no_relu = source_repo.branch("no-relu", {}, start=source_repo.short,
+                                 trim=lambda root: trim_portable_kernels(root, PROBE_KERNELS - {"relu"}))
+
+    removed, _ = native.build(spec, recipe, no_relu, classify_text)
+    assert removed.status == "ok", removed.log[-3000:]
+    assert removed.fresh_folder == "" and "configure" in removed.steps
+    assert "kernels/portable/cpu/op_relu.cpp" in removed.reconfigured, removed.reconfigured
+    assert "configured again: files added or removed since" in removed.summary()
+    back, _ = native.build(spec, recipe, source_repo.short, classify_text)
+    assert back.status == "ok", back.log[-3000:]
+    assert "configure" in back.steps and "op_relu.cpp" in back.reconfigured
+    assert "kernels/portable/cpu/op_relu.cpp" in back.from_ccache + back.compiled  # the added file is built
+    same, _ = native.build(spec, recipe, source_repo.short, classify_text)
+    assert same.reconfigured == "" and "configure" not in same.steps
 
 
 @pytest.mark.slow

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-# a cold machine builds ExecuTorch once (about 8 minutes here) inside the first of these tests
+# a cold machine builds ExecuTorch once inside the first of these tests: its portable kernels trimmed to
+# the probes' (tests/native/conftest.py), about 100 s; with --run-slow the whole tree, about 6.5 minutes
 pytestmark = [pytest.mark.executorch, pytest.mark.timeout(2400)]
 
 OP_ADD = "kernels/portable/cpu/op_add.cpp"
@@ -20,9 +21,10 @@ REAL_ADD = "return val_a + val_alpha * val_b;"
 
 def triage(source_repo, native_data, head, *extra):
     """--no-cache: no artifacts of an earlier session answer; the build folder and the compiler
-    cache (which are not results) stay warm. A later --base wins over main (argparse)."""
+    cache (which are not results) stay warm. The base is `source_repo.short` (conftest.py); a
+    later --base wins (argparse)."""
     proc = subprocess.run([sys.executable, "-m", "etriage.cli", "triage", "--repo", str(source_repo.path),
-                           "--base", "main", "--head", head, "--suite", "probes", "--target", "host-native",
+                           "--base", source_repo.short, "--head", head, "--suite", "probes", "--target", "host-native",
                            "--data-dir", str(native_data), "--format", "json", "--no-cache", *extra],
                           capture_output=True, text=True, timeout=3000)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -44,7 +46,8 @@ def second(old: str, new: str):
 
 
 def test_a_bug_in_a_portable_kernel_is_a_new_probe_failure_at_that_cpp(source_repo, native_data):
-    head = source_repo.branch("add-sign", {OP_ADD: second(REAL_ADD, "return val_a - val_alpha * val_b;")})
+    head = source_repo.branch("add-sign", {OP_ADD: second(REAL_ADD, "return val_a - val_alpha * val_b;")},
+                              start=source_repo.short)
     data, log = triage(source_repo, native_data, head)
 
     assert data["plan"]["recipes"] == ["portable"], data["plan"]
@@ -69,7 +72,7 @@ def test_a_change_that_does_not_compile_is_a_build_failure_at_its_line(source_re
         lines.insert(at + 1, "  int etriage_broken = etriage_undefined_symbol;\n")
         return "".join(lines)
 
-    head = source_repo.branch("add-broken", {OP_ADD: break_it})
+    head = source_repo.branch("add-broken", {OP_ADD: break_it}, start=source_repo.short)
     line_no = next(i for i, line in enumerate(source_repo_file(source_repo, head, OP_ADD), 1)
                    if "etriage_undefined_symbol" in line)
     data, _ = triage(source_repo, native_data, head)
@@ -85,7 +88,7 @@ def test_a_change_that_does_not_compile_is_a_build_failure_at_its_line(source_re
 
 def test_a_build_the_merge_base_breaks_too_is_pre_existing(source_repo, native_data):
     broken = source_repo.branch("base-broken", {OP_ADD: lambda t: t.replace(
-        "  // Resize\n", "  // Resize\n  int etriage_base_broken = etriage_missing;\n", 1)})
+        "  // Resize\n", "  // Resize\n  int etriage_base_broken = etriage_missing;\n", 1)}, start=source_repo.short)
     head = source_repo.branch("on-broken", {"kernels/portable/cpu/op_mul.cpp": lambda t: t.replace(
         " * All rights reserved.", " * All rights reserved. (etriage)", 1)}, start=broken)
     data, _ = triage(source_repo, native_data, head, "--base", broken)
@@ -98,7 +101,8 @@ def test_a_build_the_merge_base_breaks_too_is_pre_existing(source_repo, native_d
 def test_a_comment_only_change_rebuilds_from_the_compiler_cache_and_finds_nothing(source_repo, native_data):
     # same line count: the preprocessed source is identical, so the compiler cache answers
     head = source_repo.branch("add-comment", {OP_ADD: lambda t: t.replace(" * All rights reserved.",
-                                                                          " * All rights reserved. (etriage)", 1)})
+                                                                          " * All rights reserved. (etriage)", 1)},
+                              start=source_repo.short)
     data, _ = triage(source_repo, native_data, head)
 
     assert data["build"]["status"] == "ok"
@@ -112,7 +116,7 @@ def test_a_comment_only_change_rebuilds_from_the_compiler_cache_and_finds_nothin
 
 
 def test_a_python_only_change_builds_nothing_native(source_repo, native_data):
-    head = source_repo.branch("py-only", {"exir/memory.py": lambda t: t + "\n# touched\n"})
+    head = source_repo.branch("py-only", {"exir/memory.py": lambda t: t + "\n# touched\n"}, start=source_repo.short)
     data, _ = triage(source_repo, native_data, head)
 
     assert data["plan"]["recipes"] == ["overlay"]
