@@ -43,6 +43,12 @@ TEST = ("exir/backend/test/test_to_backend_multi_method.py::TestToBackendMultiMe
     ("ValueError: b__frozen_param0 is a constant", [Frame("torchao/quantization/pt2e/quantize_pt2e.py", 1, "convert_pt2e")],
      ["quantizer_convert", "frozen_param"]),
     ("AssertionError: 3 != 4", [], []),
+    # another delegate backend named as a word; the same name inside a path is not the failure's
+    ("vkcompute::vkapi::Error: Exception raised from toConstTensor", [], ["delegate_backend"]),
+    ("RuntimeError: Non-passthrough operation could not run on NPU (Vela)", [], ["delegate_backend"]),
+    ("backends/xnnpack/partition/config/gemm_configs.py:12:1: F401 'torch' imported but unused", [], []),
+    ("ValueError: bad node", [Frame("backends/vulkan/partitioner/vulkan_partitioner.py", 3, "is_node_supported")],
+     ["partitioner"]),
 ])
 def test_signals_are_read_from_frames_and_the_objects_named(line, frames, expected):
     failure = Failure(line=line, line_no=1, message=line, frames=frames)
