@@ -47,6 +47,7 @@ TEST = ("exir/backend/test/test_to_backend_multi_method.py::TestToBackendMultiMe
     ("vkcompute::vkapi::Error: Exception raised from toConstTensor", [], ["delegate_backend"]),
     ("RuntimeError: Non-passthrough operation could not run on NPU (Vela)", [], ["delegate_backend"]),
     ("backends/xnnpack/partition/config/gemm_configs.py:12:1: F401 'torch' imported but unused", [], []),
+    ("'executorch.backends.xnnpack.test.test_xnnpack_utils.randomize_bn' imported but unused", [], []),
     ("ValueError: bad node", [Frame("backends/vulkan/partitioner/vulkan_partitioner.py", 3, "is_node_supported")],
      ["partitioner"]),
 ])
