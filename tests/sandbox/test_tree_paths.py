@@ -99,6 +99,8 @@ NOT_FROM_GIT = {
         "the recipe's name (the tables') and the commit's sha",
     ("tasks/pipeline/native.py", "build", "repo_dir / 'build' / f'{recipe.name}-{toolchain.name}'"):
         "the recipe's and the toolchain's names (the tables')",
+    ("tasks/pipeline/native.py", "build", "folder.with_name(folder.name + '.json')"):
+        "the build folder's name (the recipe's and the toolchain's, the tables')",
     ("tasks/pipeline/native.py", "_store", "artifacts.with_name(artifacts.name + f'.tmp{os.getpid()}')"):
         "the build cache's key and the pid",
     ("tasks/pipeline/native.py", "cmake_args", "native_dir / 'toolchains' / f'{self.name}-{digest}.cmake'"):
