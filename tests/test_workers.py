@@ -1,6 +1,7 @@
 """How make test shares the suite out among pytest-xdist's workers (tests/conftest.py)."""
 from __future__ import annotations
 
+from collections import OrderedDict
 from types import SimpleNamespace
 
 import pytest
@@ -24,3 +25,11 @@ def test_a_test_using_a_machine_wide_place_outside_those_modules_stops_the_colle
     conftest.pytest_collection_modifyitems(config, [placed])  # no error
     with pytest.raises(pytest.UsageError, match="tests/web/test_new.py::test_builds"):
         conftest.pytest_collection_modifyitems(config, [placed, stray])
+
+
+def test_the_long_units_are_handed_out_first_in_their_order_and_the_rest_keep_theirs():
+    queue = OrderedDict((scope, {}) for scope in ("tests/web/test_a.py", "tests/service/test_serve.py", "tests/b.py",
+                                                  "machine-wide", "tests/pipeline/test_triage.py"))
+    conftest.long_first(queue)
+    assert list(queue) == ["tests/pipeline/test_triage.py", "machine-wide", "tests/service/test_serve.py",
+                           "tests/web/test_a.py", "tests/b.py"]
