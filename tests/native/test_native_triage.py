@@ -12,7 +12,7 @@ import sys
 import pytest
 
 # a cold machine builds ExecuTorch once inside the first of these tests: its portable kernels trimmed to
-# the probes' (tests/native/conftest.py), about 100 s; with --run-slow the whole tree, about 6.5 minutes
+# the probes' (tests/native/conftest.py), 64 s on an idle machine; with --run-slow the whole tree, 155 s
 pytestmark = [pytest.mark.executorch, pytest.mark.timeout(2400)]
 
 OP_ADD = "kernels/portable/cpu/op_add.cpp"
