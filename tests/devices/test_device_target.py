@@ -71,6 +71,21 @@ def test_probes_run_on_the_device_and_match_eager(sshd, tmp_path):
     assert list(sshd.work_root.iterdir()) == []
 
 
+def test_the_portable_programs_call_only_the_kernels_the_short_native_tree_keeps(exported):
+    """tests/native builds a tree with PROBE_KERNELS' kernels only: a probe program that calls
+    another operator would fail there as "missing operator", so the list follows the programs."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    from tests.native.conftest import PROBE_KERNELS
+
+    stems = set()
+    for program in programs.read_manifest(exported):
+        pte = deserialize_pte_binary((exported / program.pte).read_bytes())
+        for plan in getattr(pte, "program", pte).execution_plan:
+            stems |= {op.name.partition("::")[2].rstrip("_") for op in plan.operators}
+    assert stems and stems <= PROBE_KERNELS, stems - PROBE_KERNELS
+
+
 def test_a_wrong_output_is_the_programs_failure_and_names_the_device(sshd, exported, tmp_path):
     bundle = tmp_path / "bundle"
     shutil.copytree(exported, bundle)
