@@ -125,6 +125,7 @@ def git_processes() -> list[str]:
         except OSError:
             continue
         argv = cmdline.split(" ")
-        if "git" in argv[0] and "http-backend" not in argv[1:2]:
+        # `git http-backend` execs git-core/git-http-backend: the server side under either name
+        if "git" in argv[0] and "http-backend" not in argv[1:2] and not argv[0].endswith("git-http-backend"):
             found.append(cmdline)
     return found
