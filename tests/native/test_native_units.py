@@ -90,8 +90,8 @@ def test_a_reused_folder_is_configured_again_when_the_recipes_files_come_or_go(t
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
 
-    def commit(message: str, write: dict[str, str] = {}, remove: tuple[str, ...] = ()) -> str:
-        for name, text in write.items():
+    def commit(message: str, write: dict[str, str] | None = None, remove: tuple[str, ...] = ()) -> str:
+        for name, text in (write or {}).items():
             (repo / name).parent.mkdir(parents=True, exist_ok=True)
             (repo / name).write_text(text)
         for name in remove:
