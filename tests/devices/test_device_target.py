@@ -24,6 +24,7 @@ from tasks.pipeline.overlay import installed_package_dir
 from tasks.pipeline.suites import SuiteRun
 from tasks.pipeline.tables import Suite, TargetSpec
 from tasks.records import BuildResult
+from tests.native.conftest import PROBE_KERNELS
 from triage_rules import classify_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,9 +75,8 @@ def test_probes_run_on_the_device_and_match_eager(sshd, tmp_path):
 def test_the_portable_programs_call_only_the_kernels_the_short_native_tree_keeps(exported):
     """tests/native builds a tree with PROBE_KERNELS' kernels only: a probe program that calls
     another operator would fail there as "missing operator", so the list follows the programs."""
+    # deferred: importing executorch at collection would cost every worker seconds
     from executorch.exir._serialize._program import deserialize_pte_binary
-
-    from tests.native.conftest import PROBE_KERNELS
 
     stems = set()
     for program in programs.read_manifest(exported):
