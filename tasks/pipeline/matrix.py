@@ -10,6 +10,7 @@ CELLS = {"new": "❌ new", "pre_existing": "⚪ pre-existing", "flaky": "🔁 fl
          "fixed": "✅ fixed", "ignored": "🙈 ignored", "passed": "✅", "failed": "❌ failed", "error": "❌ error",
          "skipped": "➖ skipped"}
 ROWS_SHOWN = 40
+WHOLE = "(whole suite)"  # the row of a suite that did not run, or crashed, before any test
 
 
 def matrix(report: Report, h: str) -> list[str]:
@@ -32,15 +33,18 @@ def matrix(report: Report, h: str) -> list[str]:
             if run.status in ("not_run", "crashed"):
                 crash = verdicts.get((name, run.target, f"{name} (suite crashed)"))
                 cell = "— not run" if run.status == "not_run" else f"💥 crashed ({CELLS.get(crash, 'error')})"
-                for key in [k for k in rows if k[0] == name] or [(name, "(whole suite)")]:
+                for key in [k for k in rows if k[0] == name] or [(name, WHOLE)]:
                     rows.setdefault(key, {})[run.target] = cell
+    if all(cell == "— not run" for cells in rows.values() for cell in cells.values()):
+        return []  # nothing ran anywhere: the report's "Not run" section says why, once
     header = [f"{md.cell_text(name, 60)}<br><sub>{md.cell_text(_device(report, name), 80)}</sub>"
               if _device(report, name) else md.cell_text(name, 60) for name in targets]
     ordered = sorted(rows.items(), key=lambda kv: (_rank(kv[1].values()), kv[0]))
     lines = [f"{h} Tests × targets", "", "| test | " + " | ".join(header) + " |",
              "|---|" + "---|" * len(targets)]
     for (suite, test), cells in ordered[:ROWS_SHOWN]:
-        lines.append(f"| {md.cell(test)} | " + " | ".join(cells.get(t, "·") for t in targets) + " |")
+        label = f"{suite} {WHOLE}" if test == WHOLE else test  # a suite with no test to show: named
+        lines.append(f"| {md.cell(label)} | " + " | ".join(cells.get(t, "·") for t in targets) + " |")
     if len(ordered) > ROWS_SHOWN:
         lines.append(f"\n…and {len(ordered) - ROWS_SHOWN} more test(s), all in the JSON report.")
     return lines + ["", "`·`: not part of that target's run (device targets run the probes' programs).", ""]

@@ -124,6 +124,36 @@ def _misses(plan, h: str) -> list[str]:
     return lines + [""]
 
 
+def _environments(report: Report) -> list[tuple[str, object]]:
+    """(side, environment) of each commit whose environment the run made or tried: the side named
+    by the commit, not by the field (a run that ends on the merge base's environment carries it
+    as its build's)."""
+    sides = {report.head: "head", report.merge_base: "merge base"}
+    seen, found = set(), []
+    for env in (report.build.environment, report.base_environment):
+        if env and env.commit not in seen:
+            seen.add(env.commit)
+            found.append((sides.get(env.commit, "commit"), env))
+    return found
+
+
+def _not_run(suites) -> list[str]:
+    """One line per reason: a run that could not start leaves every suite on every target with
+    the same one, said once with what it kept from running."""
+    by_reason: dict[str, dict[str, list[str]]] = defaultdict(dict)
+    for s in suites:
+        by_reason[s.reason].setdefault(s.suite, []).append(s.target)
+    lines = []
+    for reason, suites_there in by_reason.items():
+        by_targets: dict[tuple[str, ...], list[str]] = defaultdict(list)  # "a, b on host, qnn-htp-sim"
+        for suite, targets in suites_there.items():
+            by_targets[tuple(targets)].append(suite)
+        runs = "; ".join(f"{md.text(', '.join(names), 300)} on {md.text(', '.join(targets), 160)}"
+                         for targets, names in by_targets.items())
+        lines.append(f"- {runs}: not run: {md.prose(reason, 500)}")
+    return lines
+
+
 def _environment(env) -> str:
     """One commit's environment in a few words: where its compiled parts come from, its torch."""
     if env.status != "ok":
@@ -148,8 +178,7 @@ def to_markdown(report: Report, *, section_title: str | None = None) -> str:
              f"{len(plan.changed_files)} changed file(s); areas: {md.text(', '.join(plan.areas) or '-')}; "
              f"backends: {md.text(', '.join(plan.backends) or '-')}; build: {md.text(report.build.status, 40)}"
              + (f" ({md.prose(report.build.reason, 300)})" if report.build.reason else ""), ""]
-    environments = [(side, env) for side, env in (("head", report.build.environment),
-                                                   ("merge base", report.base_environment)) if env]
+    environments = _environments(report)
     if environments:
         lines += ["Environments: " + "; ".join(f"{side} {md.code(env.commit[:12])}: {_environment(env)}"
                                                for side, env in environments), ""]
@@ -191,8 +220,7 @@ def to_markdown(report: Report, *, section_title: str | None = None) -> str:
     lines += _misses(plan, h)
     not_run = [s for s in report.suites if s.status == "not_run"]
     if not_run:
-        lines += [f"{h} Not run", ""] + [f"- {md.text(s.suite, 80)} on {md.text(s.target, 80)}: not run: "
-                                         f"{md.prose(s.reason, 500)}" for s in not_run] + [""]
+        lines += [f"{h} Not run", ""] + _not_run(not_run) + [""]
     ran = [s for s in report.suites if s.status != "not_run"]
     if ran:
         lines += ["<details><summary>What ran</summary>", ""]
@@ -351,8 +379,7 @@ def comment_section(report: Report, *, section_title: str, links: Links = NO_LIN
                   + (f" and {len(fixed) - 5} more" if len(fixed) > 5 else ""), ""]
     lines += matrix(report, h)
     not_run = [s for s in report.suites if s.status == "not_run"]
-    lines += [f"- {md.text(s.suite, 80)} on {md.text(s.target, 80)}: not run: {md.prose(s.reason, 300)}"
-              for s in not_run] + ([""] if not_run else [])
+    lines += _not_run(not_run) + ([""] if not_run else [])
     if plan.left_out:
         lines += [f"{len(plan.left_out)} relevant test file(s) not run (budget {plan.budget_seconds:.0f}s): "
                   "`/etriage run selected --all` runs every one that can run here.", ""]
@@ -371,9 +398,7 @@ def _what_ran(report: Report, h: str) -> list[str]:
     lines += [f"- {md.text(s.suite, 80)} on {md.text(s.target, 80)}: {md.text(s.status, 40)}"
               + (f" ({md.prose(s.reason, 300)})" if s.status == "crashed" else "")
               + f", {len(s.tests)} test(s), {s.seconds:.0f}s" for s in ran]
-    environments = [(side, env) for side, env in (("head", report.build.environment),
-                                                   ("merge base", report.base_environment)) if env]
-    lines += [f"- {side} {md.code(env.commit[:12])}: {_environment(env)}" for side, env in environments]
+    lines += [f"- {side} {md.code(env.commit[:12])}: {_environment(env)}" for side, env in _environments(report)]
     lines += ["- at the merge base: " + _base_line(b).removeprefix("- ") for b in report.base_runs]
     lines += [f"- selected {md.code(t.path)}: {md.prose(t.reason, 200)}" for t in report.plan.selected[:5]]
     lines.append(f"- triage took {report.seconds:.0f}s" + (" (merge-base results from cache)" if report.base_cached else ""))

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tasks.pipeline.report import to_markdown
-from tasks.records import BuildResult, Plan, Report, SuiteResult, Verdict
+from tasks.pipeline.report import comment_section, to_markdown
+from tasks.records import BuildResult, CommitEnvironment, Plan, Report, SuiteResult, Verdict
 from tasks.records import TestResult as Outcome  # not Test*: pytest would try to collect it
 from tasks.sample_repo import build_sample_repo
 
@@ -51,6 +51,42 @@ def test_no_matrix_for_one_target():
     report = _report()
     report.suites = report.suites[:1]
     assert "Tests × targets" not in to_markdown(report)
+
+
+def test_a_suite_that_ran_nowhere_on_a_target_is_a_row_named_by_the_suite():
+    report = _report()
+    report.suites.append(SuiteResult("multi_method", "host", "h" * 40, "ran", tests=[
+        Outcome("multi_method", "test_to_backend_multi_method.py::test_two", "host", "passed")]))
+    report.suites.append(SuiteResult("multi_method", "ssh:lab-1", "h" * 40, "not_run", reason="device busy"))
+    report.suites.append(SuiteResult("mutable_buffer", "host", "h" * 40, "not_run", reason="no sandbox"))
+    report.suites.append(SuiteResult("mutable_buffer", "ssh:lab-1", "h" * 40, "not_run", reason="no sandbox"))
+    text = to_markdown(report)
+    assert "| `mutable_buffer (whole suite)` | — not run | — not run |" in text
+    assert "| `test_to_backend_multi_method.py::test_two` | ✅ | — not run |" in text
+    assert "| `(whole suite)`" not in text
+
+
+def test_a_run_that_started_nothing_says_why_once_and_draws_no_matrix():
+    """The merge base's environment could not be made: every suite on every target has that one
+    reason. It is said once, naming what it kept from running; the report names the merge base's
+    environment as the merge base's, though the run carries it as its build's."""
+    plan = Plan(base="b" * 40, head="h" * 40, merge_base="m" * 40, changed_files=[], areas=["exir"],
+                backends=["portable"], suites=["multi_method", "probes"], targets=["host", "qnn-htp-sim"], recipes=[])
+    reason = "could not build the merge base mmmmmmmmmmmm: the build of the compiled parts failed"
+    suites = [SuiteResult(suite, target, "h" * 40, "not_run", reason=reason)
+              for suite in ("multi_method", "probes") for target in ("host", "qnn-htp-sim")]
+    base_env = CommitEnvironment(commit="m" * 40, status="failed", reason="the build of the compiled parts failed")
+    report = Report(base=plan.base, head=plan.head, merge_base=plan.merge_base, plan=plan,
+                    build=BuildResult(status="environment", kind="environment", commit="m" * 40, reason=reason,
+                                      environment=base_env), results=[], suites=suites, summary={"environment": 1})
+    text = to_markdown(report)
+    assert "Tests × targets" not in text
+    section = text[text.index("## Not run"):].split("\n\n")[1].splitlines()
+    assert section == [f"- multi_method, probes on host, qnn-htp-sim: not run: {reason}"]
+    assert "Environments: merge base `mmmmmmmmmmmm`: could not be made" in text
+    assert "head `mmmmmmmmmmmm`" not in text
+    section, _ = comment_section(report, section_title="Rebuild and tests")  # the PR comment's
+    assert section.count("not run: ") == 1 and "Tests × targets" not in section
 
 
 @pytest.mark.slow
