@@ -34,9 +34,12 @@ def main(argv=None) -> int:
     import torch  # deferred: argument errors answer without loading torch
     # The bindings' own module, not executorch.runtime: that one imports executorch.exir too
     # (about 4 s more per method on these machines), which a runner never needs.
-    from executorch.extension.pybindings import _portable_lib
+    try:  # the module's name: `_C` on main since #21816 (August 2026), `_portable_lib` in 1.4
+        from executorch.extension.pybindings import _C as bindings
+    except ImportError:
+        from executorch.extension.pybindings import _portable_lib as bindings
 
-    program = _portable_lib._load_program(args.model_path)
+    program = bindings._load_program(args.model_path)
     name = args.method_name or program.get_method_name(0)
     method = program.load_method(name)
     meta = method.method_meta()

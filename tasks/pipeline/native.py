@@ -551,6 +551,18 @@ def _read_stats(result: NativeBuild, statslog: Path, src: Path) -> None:
     result.ccache = counters
 
 
+def artifact_files(folder: Path, rel: str) -> list[Path]:
+    """The files one `artifacts` entry names in the build folder: a path or a glob, or several
+    separated by `|`, the first that names any file winning (a module the sources renamed:
+    ExecuTorch's pybindings are `_portable_lib*.so` in 1.4 and `_C*.so` on main since #21816)."""
+    for choice in rel.split("|"):
+        found = sorted(folder.glob(choice)) if glob.has_magic(choice) else [folder / choice]
+        found = [path for path in found if path.exists() or path.is_symlink()]
+        if found:
+            return found
+    return []
+
+
 def _store(folder: Path, recipe: Recipe, artifacts: Path, result: NativeBuild, use_cache: bool) -> Path:
     """Copy the recipe's artifacts out of the build folder (which the next commit rewrites)."""
     tmp = artifacts.with_name(artifacts.name + f".tmp{os.getpid()}")
@@ -558,9 +570,9 @@ def _store(folder: Path, recipe: Recipe, artifacts: Path, result: NativeBuild, u
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     for rel in recipe.artifacts:  # a glob names files whose ABI tag is the interpreter's
-        found = sorted(folder.glob(rel)) if glob.has_magic(rel) else [folder / rel]
+        found = artifact_files(folder, rel)
         if not found:
-            raise FileNotFoundError(f"{recipe.name}: the build left no {rel} in {folder}")
+            raise FileNotFoundError(f"{recipe.name}: the build left no {' or '.join(rel.split('|'))} in {folder}")
         for path in found:  # the build folder is the sandbox's to write: a link there is refused
             try:
                 source = treepaths.regular_file_inside(folder, path.relative_to(folder).as_posix())

@@ -13,6 +13,7 @@ import pytest
 
 from tasks.environments import layout, registry, store, torchpin
 from tasks.environments import table as environments_table
+from tasks.pipeline.tables import load_tables
 from tasks.sample_repo import commit_all, git, init_repo
 
 # ExecuTorch main's pyproject.toml maps the package to src/executorch; these are its entries
@@ -120,7 +121,7 @@ def test_compiled_parts_built_in_the_sandbox_and_a_build_out_of_time_is_the_mach
     commit = commit_all(repo, "a tiny native tree")
     recipe = Recipe(name="pybind", kind="environment", inputs=("*.cpp", "*CMakeLists.txt"),
                     commands=(("cmake", "-S", "{src}", "-B", "{build}", "-G", "Ninja"), ("cmake", "--build", "{build}")),
-                    artifacts=("_portable_lib*.so",))
+                    artifacts=tuple(a for a in load_tables().recipes["pybind"].artifacts if "_portable_lib" in a))
 
     def context(timeout: float, name: str, shared: Path | None = None, recipe: Recipe = recipe):
         return environments.Context(repo=repo, python=sys.executable, installed=installed, data_dir=tmp_path / name,
@@ -153,3 +154,13 @@ def test_compiled_parts_built_in_the_sandbox_and_a_build_out_of_time_is_the_mach
     assert other.status == "ok" and any("from the shared store" in line for line in said), said
     assert not (tmp_path / "second-machine" / "native").exists()  # nothing was built there
     assert (tmp_path / "shared" / "ccache").is_dir()  # ccache's remote storage, shared the same way
+
+    # main renamed the pybindings' module (`_C`, #21816): the shipped recipe keeps it under that name
+    (repo / "CMakeLists.txt").write_text(TINY.replace("_portable_lib_tiny", "_C_tiny"))
+    renamed = commit_all(repo, "the module renamed, as upstream did")
+    ctx = context(600, "made")
+    env, _ = environments.environment_for(ctx, renamed, choice=environments.choose_compiled(ctx, renamed),
+                                          check_health=False)
+    assert env.status == "ok", env.reason
+    assert (Path(env.compiled_dir) / "extension/pybindings/_C_tiny.so").is_file()
+    assert not (Path(env.compiled_dir) / "extension/pybindings/_portable_lib_tiny.so").exists()

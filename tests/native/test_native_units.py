@@ -118,6 +118,23 @@ def test_a_reused_folder_is_configured_again_when_the_recipes_files_come_or_go(t
         assert native.layout_change(repo, unknown, first, recipe) == "the commit its configure saw is not known"
 
 
+@pytest.mark.parametrize("built,wanted", [
+    (["_C.cpython-311-x86_64-linux-gnu.so"], ["_C.cpython-311-x86_64-linux-gnu.so"]),  # main since #21816
+    (["_portable_lib.cpython-311-x86_64-linux-gnu.so"], ["_portable_lib.cpython-311-x86_64-linux-gnu.so"]),  # 1.4
+    (["_C.abi3.so", "_portable_lib.abi3.so"], ["_C.abi3.so"]),  # the first alternative wins
+    (["_Cx.txt", "portable_lib.so"], []),
+], ids=["renamed", "release", "both", "neither"])
+def test_an_artifact_may_name_alternatives_for_a_module_the_sources_renamed(tmp_path, built, wanted):
+    """The pybind recipe keeps ExecuTorch's pybindings under whichever name the commit's CMake
+    gives them: a build of today's main leaves `_C*.so`, which a fixed `_portable_lib*.so` made
+    a failed environment for every pull request on it."""
+    for name in built:
+        (tmp_path / name).write_bytes(b"\x7fELF")
+    entry = next(a for a in load_tables().recipes["pybind"].artifacts if "_portable_lib" in a)
+    assert [p.name for p in native.artifact_files(tmp_path, entry)] == wanted
+    assert native.artifact_files(tmp_path, "kernels/quantized/libquantized_ops_aot_lib.so") == []  # a path: it must exist
+
+
 def test_compiler_messages_name_repository_paths():
     text = ("../../src/executorch/kernels/portable/cpu/op_add.cpp:27:3: error: 'x' was not declared\n"
             f"{SRC}/runtime/core/evalue.cpp:1:1: error: y\n"
