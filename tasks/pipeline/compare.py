@@ -34,9 +34,13 @@ _EXCUSE = re.compile(r"(?i)not (?:caused by )?(?:the|this) change|not the change
                      r"|re-?run the job|it is the infrastructure's")
 
 
+def crash_test_name(suite: str) -> str:
+    return f"{suite} (suite crashed)"
+
+
 def crash_test(suite: SuiteResult) -> TestResult:
     """A suite that left no JUnit results becomes one failing pseudo-test with its log."""
-    return TestResult(suite=suite.suite, test=f"{suite.suite} (suite crashed)", target=suite.target,
+    return TestResult(suite=suite.suite, test=crash_test_name(suite.suite), target=suite.target,
                       outcome="error", message=suite.reason, text=suite.log_excerpt)
 
 
@@ -63,6 +67,11 @@ def as_pytest_log(test: TestResult) -> str:
     sees the test id and its test-name rules apply as they do on a CI log."""
     message = (test.message or "").strip().splitlines()[:1]
     summary = f"{test.outcome.upper()} {test.test}" + (f" - {message[0]}" if message else "")
+    if test.test == crash_test_name(test.suite):
+        # not a pytest summary line: it would outrank the log's own error line ("no JUnit
+        # results (exit code 3)" over the ModuleNotFoundError that stopped pytest); it still
+        # speaks when the log has nothing better (a kill at the wall-clock limit)
+        summary = f"etriage: suite {test.suite} on {test.target}: " + (message[0] if message else "no results")
     return f"{'_' * 20} {test.test} {'_' * 20}\n{test.text or test.message}\n{summary}\n"
 
 

@@ -201,8 +201,9 @@ def to_markdown(report: Report, *, section_title: str | None = None) -> str:
     environment = [v for v in by_verdict["environment"] if v not in refused]
     if environment:
         lines += [f"{h} Environment failures (not the change's fault)", ""]
-        lines += [f"- {md.code(v.test)} ({md.text(v.target, 60)}): {md.code(v.primary_line.strip(), 200)} "
-                  f"({md.code(v.category, 60)})" for v in environment] + [""]
+        lines += [f"- {md.code(v.test)} ({md.text(v.target, 60)}): "
+                  + (f"{md.prose(v.failure.title, 160)}: " if v.failure and v.failure.title else "")
+                  + f"{md.code(v.primary_line.strip(), 200)} ({md.code(v.category, 60)})" for v in environment] + [""]
     if by_verdict["ignored"]:
         lines += [f"{h} Ignored by a maintainer (not counted)", ""]
         lines += [f"- {md.code(v.test)} ({md.text(v.target, 60)}): {md.code(v.primary_line.strip(), 160)} "

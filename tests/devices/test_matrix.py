@@ -110,3 +110,23 @@ def test_triage_on_host_and_an_ssh_device_through_the_command_line(sshd, tmp_pat
     markdown = to_markdown(Report.from_dict(data))  # the same report, as the PR comment
     assert "| test | host | ssh:loop-1<br><sub>loop-1 (x86_64)</sub> |" in markdown
     assert "on device loop-1 (SoC x86_64" in markdown
+
+
+def test_an_environment_failure_says_what_the_environment_lacks():
+    """A runtime built without a backend the test needs (ExecuTorch main's own multi-method test
+    on pybindings built by the pybind recipe): the entry names the lack, not only the error."""
+    from tasks.pipeline import compare
+    from triage_rules import classify_text
+
+    key = ("multi_method", "host", "exir/backend/test/test_to_backend_multi_method.py::test_multi_method_end_to_end")
+    heads = {key: Outcome(suite=key[0], test=key[2], target=key[1], outcome="failed",
+                          message="RuntimeError: Failed to execute method forward, error: 0x20",
+                          text="E       RuntimeError: Failed to execute method forward, error: 0x20\n"
+                               "[method.cpp:85] Backend BackendWithCompilerDemo is not registered.\n")}
+    [verdict] = compare.decide({}, heads, compare.classify_failing(heads, classify_text), {})
+    assert verdict.verdict == "environment"
+    report = _report()
+    report.results = [verdict]
+    text = to_markdown(report)
+    section = text[text.index("## Environment failures"):].split("\n\n")[1]
+    assert "Backend BackendWithCompilerDemo is not registered in the runtime: `" in section, section

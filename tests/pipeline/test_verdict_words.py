@@ -112,3 +112,32 @@ def test_the_bot_s_own_run_judges_a_crash_against_the_base_too(base_outcome, exp
     [verdict] = compare.decide(base, heads, compare.classify_failing(heads, classify_text), {})
     assert (verdict.verdict, verdict.category) == (expected, "runtime_error")
     assert not EXCUSE.search(verdict.failure.explanation + verdict.failure.suggestion)
+
+
+# The tail of a real crashed suite: the QNN delegate tests on ExecuTorch main (cff6f4dd32) in an
+# environment built without the QNN Python adaptors; pytest stopped in its conftest.
+QNN_CONFTEST = """\
+INTERNALERROR>   File "/tmp/qnn-delegate-tests-lt5lwlty/conftest.py", line 55, in pytest_configure
+INTERNALERROR>     from test_qnn_delegate import (
+INTERNALERROR>   File "/tmp/qnn-delegate-tests-lt5lwlty/test_qnn_delegate.py", line 22, in <module>
+INTERNALERROR>     from executorch.backends.qualcomm._passes.qnn_pass_manager import (
+INTERNALERROR>   File "executorch/backends/qualcomm/builders/node_visitor.py", line 9, in <module>
+INTERNALERROR>     import executorch.backends.qualcomm.python.PyQnnManagerAdaptor as PyQnnManager
+INTERNALERROR> ModuleNotFoundError: No module named 'executorch.backends.qualcomm.python'
+"""
+
+
+@pytest.mark.parametrize("log, reason, line, category", [
+    (QNN_CONFTEST, "no JUnit results (exit code 3)",
+     "INTERNALERROR> ModuleNotFoundError: No module named 'executorch.backends.qualcomm.python'", "qnn_sdk_or_toolchain"),
+    ("HOSTILE sleep started\n", "no JUnit results (killed: the sandbox's wall-clock limit (15 s))",
+     "etriage: suite qnn on qnn-htp-sim: no JUnit results (killed: the sandbox's wall-clock limit (15 s))", None),
+], ids=["real-error-in-log", "nothing-better"])
+def test_a_crashed_suite_speaks_with_its_logs_error_line_not_the_missing_results(log, reason, line, category):
+    """"no JUnit results (exit code 3)" is what etriage saw, not what went wrong: the log's own
+    error line is the primary line when it has one; the crash's reason when it has nothing."""
+    suite = compare.SuiteResult("qnn", "qnn-htp-sim", "h" * 40, "crashed", reason=reason, log_excerpt=log)
+    heads = compare.index([suite])
+    [verdict] = compare.decide({}, heads, compare.classify_failing(heads, classify_text), {})
+    assert verdict.primary_line.strip() == line
+    assert category is None or verdict.category == category
