@@ -243,8 +243,36 @@ def _same_missing_package(head: TestResult, base: TestResult | None) -> bool:
     return name is not None and missing_package(base) == name
 
 
+EXCERPT_BEFORE, EXCERPT_AFTER = 15, 4  # lines of the test's own output around its error
+
+
 def _excerpt(text: str, failure, limit: int = 3000) -> str:
-    """The lines around the primary line when the engine found one, else the tail."""
+    """The test's own lines around its error: where the primary line, or the message of the
+    summary line the engine read it from, stands in the test's output (the traceback above it);
+    else the lines the engine kept around the primary line; else the tail. The summary line is
+    etriage's own (as_pytest_log), so its neighbours are whatever section pytest printed last
+    ("Captured Err" and nothing)."""
+    lines = (text or "").splitlines()
+    at = _error_at(lines, failure.line if failure else "")
+    if at is not None:
+        return "\n".join(lines[max(0, at - EXCERPT_BEFORE):at + EXCERPT_AFTER + 1])[-limit:]
     if failure and failure.context:
         return "\n".join(failure.context)[-limit:]
     return (text or "")[-limit:]
+
+
+def _error_at(lines: list[str], primary: str) -> int | None:
+    """The index of the last line of `lines` holding the primary line, or the message after a
+    pytest summary's " - " ("FAILED t.py::x - AssertionError: ..."), at least 8 characters of it."""
+    primary = primary.strip()
+    wanted = [primary]
+    if primary.startswith(("FAILED ", "ERROR ")) and " - " in primary:
+        wanted.insert(0, primary.split(" - ", 1)[1].strip())
+    for needle in wanted:
+        needle = needle[:120]
+        if len(needle) < 8:
+            continue
+        for i in range(len(lines) - 1, -1, -1):
+            if needle in lines[i]:
+                return i
+    return None

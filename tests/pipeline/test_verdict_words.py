@@ -141,3 +141,34 @@ def test_a_crashed_suite_speaks_with_its_logs_error_line_not_the_missing_results
     [verdict] = compare.decide({}, heads, compare.classify_failing(heads, classify_text), {})
     assert verdict.primary_line.strip() == line
     assert category is None or verdict.category == category
+
+
+# What pytest's JUnit holds for one failing test (junit_logging=all): the traceback, then the
+# captured sections. Shaped as ExecuTorch main's test_create_mutable_buffer failed on a regression.
+PYTEST_FAILURE = """\
+    def test_create_mutable_buffer_renamed_name(self):
+        ep = self._export()
+        create_mutable_buffer(ep, "0_cache", torch.zeros(2))
+        signature = ep.graph_signature
+>       assert "_0_cache" in signature.buffers_to_mutate.values()
+E       AssertionError: assert '_0_cache' in mappingproxy({'0_cache': '_0_cache'})
+
+backends/transforms/test/test_create_mutable_buffer.py:212: AssertionError
+--------------------------------- Captured Log ---------------------------------
+DEBUG    torch.__trace:structured.py:28
+--------------------------------- Captured Err ---------------------------------
+
+"""
+
+
+def test_a_failed_tests_excerpt_is_its_traceback_not_the_last_captured_section():
+    key = ("mutable_buffer", "host",
+           "backends/transforms/test/test_create_mutable_buffer.py::TestMutableBufferCreation::test_create_mutable_buffer_renamed_name")
+    heads = {key: Outcome(suite=key[0], test=key[2], target=key[1], outcome="failed",
+                          message="AssertionError: assert '_0_cache' in mappingproxy({'0_cache': '_0_cache'})",
+                          text=PYTEST_FAILURE)}
+    [verdict] = compare.decide({}, heads, compare.classify_failing(heads, classify_text), {})
+    assert verdict.primary_line.startswith("FAILED backends/transforms/test/test_create_mutable_buffer.py")
+    assert ">       assert \"_0_cache\" in signature.buffers_to_mutate.values()" in verdict.log_excerpt
+    assert "E       AssertionError: assert '_0_cache'" in verdict.log_excerpt
+    assert "Captured Err" not in verdict.log_excerpt
