@@ -81,12 +81,24 @@ def classify_failing(head: dict[Key, TestResult], classify) -> dict[Key, list]:
 
 
 def retry_candidates(base: dict[Key, TestResult], head: dict[Key, TestResult],
-                     failures: dict[Key, list]) -> list[Key]:
+                     failures: dict[Key, list], base_failures: dict[Key, list] | None = None) -> list[Key]:
     """Tests that would be `new` unless a retry passes: only these are retried."""
+    base_failures = base_failures or {}
     return [key for key, found in failures.items()
             if not any(f.environment for f in found)
-            and not (key in base and base[key].outcome in FAILED)
+            and not (key in base and base[key].outcome in FAILED
+                     and not fails_otherwise(found, base_failures.get(key)))
             and not key[2].endswith("(suite crashed)")]
+
+
+def fails_otherwise(found: list, base_found: list | None) -> bool:
+    """A test that fails at the merge base too, but of another root cause (triage_rules.roots):
+    at head the change's error, at the merge base something else (a backend the runtime lacks,
+    another assertion). Only when both sides were read and name a root; when in doubt, alike."""
+    head, base = primary(found), primary(base_found or [])
+    if head is None or base is None or not head.message or not base.message:
+        return False
+    return not set(root_keys(head)) & set(root_keys(base)) and head.fingerprint != base.fingerprint
 
 
 def judge(found: list[Failure], *, failed_at_base: bool, passed_on_retry: bool = False,
@@ -106,13 +118,16 @@ def judge(found: list[Failure], *, failed_at_base: bool, passed_on_retry: bool =
 
 def decide(base: dict[Key, TestResult], head: dict[Key, TestResult], failures: dict[Key, list],
            retried: dict[Key, TestResult], complete: set[tuple[str, str]] | None = None,
-           base_broken: str = "") -> list[Verdict]:
+           base_broken: str = "", base_failures: dict[Key, list] | None = None) -> list[Verdict]:
     """The bot's own run: one verdict per failing test (and per fixed one). `complete`:
     (suite, target) pairs whose merge-base results are whole; `fixed` is only said for those
     (None: all). `base_broken`: why the merge base's environment cannot be trusted (it could not
-    be made, or is not healthy); then no failure is new or pre-existing, all are `environment`."""
+    be made, or is not healthy); then no failure is new or pre-existing, all are `environment`.
+    `base_failures`: the engine's reading of the tests that failed at both sides; one that fails
+    otherwise at the merge base is not pre-existing (fails_otherwise)."""
     if base_broken:
         base, retried, complete = {}, {}, set()
+    base_failures = base_failures or {}
     verdicts = []
     for key, test in head.items():
         base_test = base.get(key)
@@ -121,9 +136,15 @@ def decide(base: dict[Key, TestResult], head: dict[Key, TestResult], failures: d
             found = failures.get(key, [])
             failure = primary(found) or Failure(line=test.message, line_no=0, test=test.test,  # no engine
                                                 fingerprint=_test_fingerprint(test.test))
-            verdict = judge(found, failed_at_base=base_outcome in FAILED,
+            otherwise = base_outcome in FAILED and fails_otherwise(found, base_failures.get(key))
+            verdict = judge(found, failed_at_base=base_outcome in FAILED and not otherwise,
                             passed_on_retry=key in retried and retried[key].outcome == "passed",
                             environment=bool(base_broken) or _same_missing_package(test, base_test))
+            if otherwise and verdict in ("new", "flaky"):
+                elsewhere = primary(base_failures[key]).line.strip()[:200]
+                failure = dataclasses.replace(failure, explanation=(
+                    f"{failure.explanation} At the merge base this test fails too, of another cause: "
+                    f"{elsewhere}").strip())
             verdicts.append(Verdict(
                 suite=key[0], test=key[2], target=key[1], base=base_outcome, head=test.outcome,
                 verdict=verdict, failure=worded_for(verdict, failure),

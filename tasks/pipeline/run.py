@@ -199,9 +199,14 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
     base_idx = compare.index(base_results)
 
     # 3. retry what would be new; verdicts; suspects
+    # tests that fail at both sides, read at the merge base too: the same root is pre-existing,
+    # another one is not (the change's error at head, a backend the runtime lacks at the base)
+    base_failures = compare.classify_failing({k: t for k, t in base_idx.items() if k in failures}, classify)
     retried = {} if broken else _retry(ws, tables, targets, head_build,
-                                       compare.retry_candidates(base_idx, head_idx, failures), options, progress)
-    verdicts = compare.decide(base_idx, head_idx, failures, retried, complete, base_broken=broken)
+                                       compare.retry_candidates(base_idx, head_idx, failures, base_failures),
+                                       options, progress)
+    verdicts = compare.decide(base_idx, head_idx, failures, retried, complete, base_broken=broken,
+                              base_failures=base_failures)
     regions = suspects.changed_regions(ws.repo, plan.merge_base, plan.head, plan.changed_files)
     for verdict in verdicts:
         key = (verdict.suite, verdict.target, verdict.test)

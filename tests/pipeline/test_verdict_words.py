@@ -172,3 +172,30 @@ def test_a_failed_tests_excerpt_is_its_traceback_not_the_last_captured_section()
     assert ">       assert \"_0_cache\" in signature.buffers_to_mutate.values()" in verdict.log_excerpt
     assert "E       AssertionError: assert '_0_cache'" in verdict.log_excerpt
     assert "Captured Err" not in verdict.log_excerpt
+
+
+SPEC_VIOLATION = ("E   torch._export.verifier.SpecViolationError: call_module is not valid: got a class 'fused_first_tag1'\n"
+                  "/torch/_export/verifier.py:286: SpecViolationError\n")
+NOT_REGISTERED = ("E       RuntimeError: Failed to execute method forward, error: 0x20\n"
+                  "[method.cpp:85] Backend BackendWithCompilerDemo is not registered.\n")
+
+
+@pytest.mark.parametrize("head_text, base_text, expected", [
+    # ExecuTorch main's test_multi_method_end_to_end on a multi-method regression: at head the
+    # change's SpecViolationError, at the merge base a backend the built runtime lacks
+    (SPEC_VIOLATION, NOT_REGISTERED, "new"),
+    (SPEC_VIOLATION, SPEC_VIOLATION.replace("fused_first_tag1", "fused_first_tag2"), "pre_existing"),  # alike
+    (SPEC_VIOLATION, "", "pre_existing"),  # the merge base's output unknown (cached without text): alike
+], ids=["otherwise", "alike", "unknown"])
+def test_a_test_failing_at_both_sides_is_pre_existing_only_for_the_same_root(head_text, base_text, expected):
+    key = ("multi_method", "host", "exir/backend/test/test_to_backend_multi_method.py::T::test_multi_method_end_to_end")
+    heads = {key: Outcome(suite=key[0], test=key[2], target=key[1], outcome="failed",
+                          message=head_text.splitlines()[0].split("   ", 1)[-1].strip(), text=head_text)}
+    base = {key: Outcome(suite=key[0], test=key[2], target=key[1], outcome="failed",
+                         message=(base_text.splitlines() or [""])[0].split("   ", 1)[-1].strip(), text=base_text)}
+    failures = compare.classify_failing(heads, classify_text)
+    base_failures = compare.classify_failing(base, classify_text) if base_text else {}
+    assert (key in compare.retry_candidates(base, heads, failures, base_failures)) == (expected == "new")
+    [verdict] = compare.decide(base, heads, failures, {}, base_failures=base_failures)
+    assert (verdict.verdict, verdict.category) == (expected, "multi_method_lowering")
+    assert ("At the merge base this test fails too, of another cause" in verdict.failure.explanation) == (expected == "new")
