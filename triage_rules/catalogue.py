@@ -79,6 +79,7 @@ class SuiteYaml(ym.StrictModel):
     estimated_seconds: Seconds = 30.0
     when_paths: Strings = ()
     select_args: tuple[ym.Arg, ...] = ()
+    needs_compiled: Strings = ()  # globs under the package: compiled parts it cannot run without
 
 
 class SelectionYaml(ym.StrictModel):

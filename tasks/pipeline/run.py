@@ -357,6 +357,13 @@ def _head_runs(ws, tables, plan, targets, head_build, options, progress):
             not_run_results.append(not_run(probe, f"no requested target runs {suite.kind} suites "
                                                   f"for {', '.join(suite.backends)}"))
             continue
+        lacking = lacking_compiled(suite, head_build)
+        if lacking:
+            for target in runnable:
+                not_run_results.append(not_run(SuiteRun(suite, head_build, target.name, ws.run_dir,
+                                                        sandbox=ws.sandbox), lacking))
+            progress(f"{suite.name}: not run ({lacking})")
+            continue
         selected = suite.kind == "selected"
         paths = tuple(s.path for s in plan.selected) if selected else ()
         if suite.kind == "cxx":  # the C++ tests of the directories the change touched
@@ -376,6 +383,23 @@ def _head_runs(ws, tables, plan, targets, head_build, options, progress):
             else:
                 runs.append(run)
     return runs, not_run_results
+
+
+def lacking_compiled(suite, build) -> str:
+    """Why `suite` cannot run on this environment's compiled parts, or "": one of its
+    `needs_compiled` globs names no file in the package (compiled parts built from a commit's
+    sources have no QNN adaptors: they need the QNN SDK's headers)."""
+    package = Path(build.package_dir or "")
+    if not suite.needs_compiled or not build.package_dir or not package.is_dir():
+        return ""
+    missing = [g for g in suite.needs_compiled if not any(package.glob(g))]
+    if not missing:
+        return ""
+    env = build.environment
+    source = {"built": "built from the commit's sources", "wheel": "the installed wheel's",
+              "registry": "a registry wheel's"}.get(env.compiled if env else "", "")
+    return (f"the environment's compiled parts{f' ({source})' if source else ''} have no "
+            f"{', '.join(missing)}")
 
 
 def _note_budget_skips(plan, head_results) -> None:

@@ -47,6 +47,9 @@ class Suite:
     when_paths: tuple[str, ...] = ()
     # Command-template suites: arguments that run one test, "{name}" is the test id's last part.
     select_args: tuple[str, ...] = ()
+    # Globs under the package of compiled parts the suite cannot run without (QNN's Python
+    # adaptors): an environment whose compiled parts lack one does not run it, and says so.
+    needs_compiled: tuple[str, ...] = ()
 
     def wanted_for(self, paths: list[str]) -> bool:
         return not self.when_paths or any(fnmatchcase(p, g) for p in paths for g in self.when_paths)

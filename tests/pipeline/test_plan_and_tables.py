@@ -172,3 +172,27 @@ def test_the_repositorys_paths_map_a_path_to_a_backend_before_the_tables(small_r
     assert plan_change(small_repo.path, "main", head, tables).backends == []  # the tables: area `other`
     plan = plan_change(small_repo.path, "main", head, tables, path_backends={"third-party/qnn/*": "qualcomm"})
     assert plan.backends == ["qualcomm"] and "multi_method" in plan.suites
+
+
+@pytest.mark.parametrize("compiled, has_adaptor, expected", [
+    ("wheel", True, ""),
+    ("built", False, "the environment's compiled parts (built from the commit's sources) have no "
+                     "backends/qualcomm/python/PyQnnManagerAdaptor*.so"),
+], ids=["wheel", "built-from-main"])
+def test_a_qnn_suite_is_not_run_on_compiled_parts_without_qnns_adaptors(tmp_path, compiled, has_adaptor, expected):
+    """ExecuTorch main's compiled parts, built by the pybind recipe, have no QNN adaptors (they need
+    the QNN SDK's headers): its QNN suites crashed on the import, an environment failure on every
+    pull request. They are not run, and the report says why."""
+    from tasks.pipeline.run import lacking_compiled
+    from tasks.records import BuildResult, CommitEnvironment
+
+    package = tmp_path / "executorch"
+    (package / "backends/qualcomm/python").mkdir(parents=True)
+    if has_adaptor:
+        (package / "backends/qualcomm/python/PyQnnManagerAdaptor.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    build = BuildResult(status="ok", kind="environment", commit="h" * 40, package_dir=str(package),
+                        environment=CommitEnvironment(commit="h" * 40, status="ok", compiled=compiled))
+    tables = load_tables()
+    for name in ("qnn", "qnn_probes"):
+        assert lacking_compiled(tables.suites[name], build) == expected
+    assert lacking_compiled(tables.suites["probes"], build) == ""  # needs nothing compiled by name
