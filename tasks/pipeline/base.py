@@ -19,10 +19,9 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from tasks.pipeline.compare import CRASHED, crash_test
 from tasks.pipeline.suites import SuiteRun
 from tasks.records import BaseRun, SuiteResult, TestResult
-
-CRASHED = "(suite crashed)"
 
 
 @dataclass
@@ -113,12 +112,11 @@ def base_outcomes(ws, targets: dict, plan, head_runs: list[SuiteRun], head_resul
                 key = (result.suite, result.target)
                 info, cache, run = infos[key], known[key], runs[key]
                 info.source = "cache+ran" if info.source == "cache" or cache.tests else "ran"
-                info.ran = [t.test for t in result.tests] if result.status == "ran" else [f"{key[0]} {CRASHED}"]
                 if result.status != "ran":  # never cache a crash: it may be the worker's, not the code's
-                    cache.tests[f"{key[0]} {CRASHED}"] = TestResult(
-                        suite=key[0], test=f"{key[0]} {CRASHED}", target=key[1], outcome="error",
-                        message=result.reason, text=result.log_excerpt)
+                    crashed = crash_test(result)
+                    info.ran, cache.tests[crashed.test] = [crashed.test], crashed
                     continue
+                info.ran = [t.test for t in result.tests]
                 cache.tests.update({t.test: t for t in result.tests})
                 # pytest's own suites are whole when run without a test list; `selected`
                 # depends on the change's files, so it is never complete

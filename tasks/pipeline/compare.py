@@ -34,8 +34,11 @@ _EXCUSE = re.compile(r"(?i)not (?:caused by )?(?:the|this) change|not the change
                      r"|re-?run the job|it is the infrastructure's")
 
 
+CRASHED = "(suite crashed)"  # the pseudo-test of a suite that left no JUnit results
+
+
 def crash_test_name(suite: str) -> str:
-    return f"{suite} (suite crashed)"
+    return f"{suite} {CRASHED}"
 
 
 def crash_test(suite: SuiteResult) -> TestResult:
@@ -88,7 +91,7 @@ def retry_candidates(base: dict[Key, TestResult], head: dict[Key, TestResult],
             if not any(f.environment for f in found)
             and not (key in base and base[key].outcome in FAILED
                      and not fails_otherwise(found, base_failures.get(key)))
-            and not key[2].endswith("(suite crashed)")]
+            and not key[2].endswith(CRASHED)]
 
 
 def fails_otherwise(found: list, base_found: list | None) -> bool:

@@ -4,6 +4,7 @@ ran on more than one target, e.g. `--target host --target ssh:lab-1 --target emu
 from __future__ import annotations
 
 from bot import md
+from tasks.pipeline.compare import crash_test_name
 from tasks.records import Report
 
 CELLS = {"new": "❌ new", "pre_existing": "⚪ pre-existing", "flaky": "🔁 flaky", "environment": "🌩️ environment",
@@ -31,7 +32,7 @@ def matrix(report: Report, h: str) -> list[str]:
                 rows.setdefault((name, test.test), {})[run.target] = cell
         for run in runs:  # a whole suite that did not run, or crashed, on a target
             if run.status in ("not_run", "crashed"):
-                crash = verdicts.get((name, run.target, f"{name} (suite crashed)"))
+                crash = verdicts.get((name, run.target, crash_test_name(name)))
                 cell = "— not run" if run.status == "not_run" else f"💥 crashed ({CELLS.get(crash, 'error')})"
                 for key in [k for k in rows if k[0] == name] or [(name, WHOLE)]:
                     rows.setdefault(key, {})[run.target] = cell

@@ -389,9 +389,9 @@ def lacking_compiled(suite, build) -> str:
     """Why `suite` cannot run on this environment's compiled parts, or "": one of its
     `needs_compiled` globs names no file in the package (compiled parts built from a commit's
     sources have no QNN adaptors: they need the QNN SDK's headers)."""
-    package = Path(build.package_dir or "")
-    if not suite.needs_compiled or not build.package_dir or not package.is_dir():
+    if not suite.needs_compiled or not build.package_dir or not Path(build.package_dir).is_dir():
         return ""
+    package = Path(build.package_dir)
     missing = [g for g in suite.needs_compiled if not any(package.glob(g))]
     if not missing:
         return ""
