@@ -41,7 +41,7 @@ from typing import Any
 from bot import md, mutes
 from bot.command_grammar import (USAGE, Command, CommandError, is_bot, login_stem, new_commands,
                                  parse, shown)
-from bot.evidence import Entry, find_entry
+from bot.evidence import Entry, find_entry, similar_failure
 from bot.github_client import GitHubError, GitHubUnavailable
 from bot.history import History
 from bot.repo_config import PATH, RepoConfig
@@ -414,9 +414,8 @@ def explanation(n: int, entry: Entry, trunk: dict | None = None) -> str:
     if entry.decision:
         parts.append("**What decided the category:**\n" + "\n".join(f"- {md.text(d, 300)}" for d in entry.decision))
     if entry.looks_like:
-        parts.append("**Looks like:** " + ", ".join(
-            f"{md.code(n_.get('category') or 'other', 60)} {md.code(n_.get('source') or '', 160)} "
-            f"({float(n_.get('similarity') or 0):.2f})" for n_ in entry.looks_like))
+        parts.append("**Looks like** (the nearest labelled failures):\n"
+                     + "\n".join(f"- {similar_failure(n_)}" for n_ in entry.looks_like))
     if trunk:
         last = trunk.get("last_seen")
         parts.append(f"**On trunk:** its cluster {md.code(trunk.get('id', ''), 40)} failed {int(trunk.get('trunk_failures') or 0)} "

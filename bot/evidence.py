@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from bot import md
 from triage_rules.records import dump, load
 
 SECTION_ORDER = ("pr", "ci")
@@ -55,6 +56,35 @@ class Entry:
     @classmethod
     def from_dict(cls, data: dict) -> "Entry":
         return load(cls, data)
+
+
+# ---- what a failure looks like: the nearest labelled corpus records --------------------------
+_CORPUS_URL = re.compile(r"https://[A-Za-z0-9./_#?=%&+-]{1,300}")
+_GITHUB = re.compile(r"https://github\.com/([\w.-]+/[\w.-]+)/(?:(?:issues|pull)/(\d+)|commit/([0-9a-f]{7,40})"
+                     r"|blob/[^/]+/(\S+))")
+SIMILAR_LINE = 100  # characters of a similar failure's line shown
+
+
+def source_label(source: str) -> str:
+    """A corpus record's address in a few words: owner/repo#N, owner/repo@sha, a file, a host."""
+    found = _GITHUB.match(source)
+    if found:
+        repo, number_, sha, path = found.groups()
+        return (f"{repo}#{number_}" if number_ else f"{repo}@{sha[:10]}" if sha
+                else f"{repo} {path.split('#', 1)[0]}")
+    return re.sub(r"^https?://([^/]+).*$", r"\1", source)
+
+
+def similar_failure(neighbour: dict) -> str:
+    """One nearest labelled failure, as markdown: its line, its category and similarity, and where
+    it was seen (a link only to an https address of plain characters). Corpus text is shipped, not
+    a run's, but it is escaped all the same."""
+    source = str(neighbour.get("source") or "")
+    label = md.text(source_label(source), 120)
+    where = f"[{label}]({source})" if _CORPUS_URL.fullmatch(source) else md.code(source, 120)
+    line = str(neighbour.get("line") or "").strip()
+    return (f"{md.code(line, SIMILAR_LINE) + ' ' if line else ''}({md.code(neighbour.get('category') or 'other', 60)}, "
+            f"{float(neighbour.get('similarity') or 0):.2f}), {where}")
 
 
 def number(sections: list[str]) -> list[str]:

@@ -152,10 +152,14 @@ class FailureModel:
             vocabulary = {term: int(column) for term, column in vectorizer.vocabulary_.items()}
             blocks.append(Block(vocabulary, np.asarray(vectorizer.idf_, dtype=np.float64), offset, scale))
             offset += len(vocabulary)
-        by_column = word_matrix.tocsc()
+        # "looks like" names failures seen in public, each with its thread: a record generated here
+        # (a mutant, an undone fix) trains the model but is no one's reference
+        public = [i for i, r in enumerate(records)
+                  if not r.origin.startswith("generated")] if records else list(range(len(labels)))
+        by_column = word_matrix[public].tocsc()
         examples = (by_column.indptr.astype(np.int64), by_column.indices.astype(np.int64),
-                    by_column.data.astype(np.float64), word_matrix.shape[0])
-        info = [(r.source, r.category, r.failure_line) for r in records] if records else []
+                    by_column.data.astype(np.float64), len(public))
+        info = [(records[i].source, records[i].category, records[i].failure_line) for i in public] if records else []
         coef = np.ascontiguousarray(classifier.coef_.T, dtype=np.float64)
         classes = [str(c) for c in classifier.classes_]
         signal_ids = sorted({signal for d in docs for signal in d.get("structure", "").split()})

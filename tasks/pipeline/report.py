@@ -6,11 +6,10 @@ an image, raw HTML or a mention, nor close the code around it."""
 from __future__ import annotations
 
 import json
-import re
 from collections import defaultdict
 
 from bot import md
-from bot.evidence import NO_LINKS, NUMBER, Entry, Links
+from bot.evidence import NO_LINKS, NUMBER, Entry, Links, similar_failure
 from tasks.pipeline.compare import by_root, spread
 from tasks.pipeline.matrix import matrix
 from tasks.probes import standalone
@@ -53,14 +52,14 @@ def _section(group: list[Verdict], h: str) -> list[str]:
     how = (f" (decided by {md.code(failure.decided_by, 80)}, confidence {failure.confidence:.2f})"
            if failure.decided_by else f" (rule {md.code(failure.rule, 80)})" if failure.rule else "")
     lines.append(f"- **Category:** {first.category_words}{how}")
-    if failure.looks_like:
-        lines.append("- **Looks like:** " + ", ".join(
-            f"{_corpus_link(n)} ({float(n.get('similarity') or 0):.2f})" for n in failure.looks_like[:3]))
     lines.append(f"- **Primary line:** {md.code(failure.line.strip())}")
     if failure.explanation:
         lines.append(f"- **Why:** {md.prose(failure.explanation)}")
     if failure.suggestion:
         lines.append(f"- **Next step:** {md.prose(failure.suggestion)}")
+    if failure.looks_like:
+        lines.append("- **Looks like** (the nearest labelled failures):")
+        lines.extend(f"  - {similar_failure(n)}" for n in failure.looks_like[:3])
     lines.append("- **Tests:** " + ", ".join(f"{md.code(v.test)} ({md.text(v.target, 60)})" for v in group[:10])
                  + (f" and {len(group) - 10} more" if len(group) > 10 else ""))
     if first.suspects:
@@ -72,16 +71,6 @@ def _section(group: list[Verdict], h: str) -> list[str]:
         lines += ["<details><summary>log excerpt</summary>", "",
                   md.block(first.log_excerpt.strip(), limit=2500), "", "</details>"]
     return lines + [""]
-
-
-_CORPUS_URL = re.compile(r"https://[A-Za-z0-9./_#?=%&+-]{1,300}")
-
-
-def _corpus_link(neighbour: dict) -> str:
-    """A labelled corpus record ("looks like"): a link only to an https address of plain characters."""
-    category = md.text(neighbour.get("category") or "other", 60)
-    source = str(neighbour.get("source") or "")
-    return f"[{category}]({source})" if _CORPUS_URL.fullmatch(source) else f"{category} ({md.code(source, 120)})"
 
 
 def _base_line(b) -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from triage_rules.corpus import generated_files, load_corpus
 from triage_rules.decide import calibrated, decide
 from triage_rules.engine import classify_text
 from triage_rules.scorer import Opinion
@@ -83,6 +84,16 @@ def test_the_shipped_model_gives_every_failure_a_decision_and_neighbours():
     assert first.decided_by and 0 < first.confidence <= 1
     assert first.looks_like and all(n["source"].startswith("http") for n in first.looks_like)
     assert first.to_dict()["decided_by"] == first.decided_by
+
+
+def test_a_neighbour_is_a_public_failure_never_a_record_generated_here():
+    """Generated records (mutants, undone fixes) train the model, but "looks like" names failures
+    seen in public: a generated record's own excerpt, nearest to itself, does not bring it back."""
+    generated = [r for path in generated_files() for r in load_corpus(path)]
+    sources = {r.source for r in generated}
+    for record in [r for r in generated if r.category == "multi_method_lowering"][:3]:
+        [failure, *_] = classify_text(record.excerpt, failed=True)
+        assert not {n["source"] for n in failure.looks_like} & sources, record.id
 
 
 def test_the_guarded_property_of_the_failing_test_decides_over_the_exception_layer():

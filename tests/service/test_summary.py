@@ -63,6 +63,8 @@ def test_a_new_failure_says_who_decided_and_what_it_looks_like():
                                      "multi_method_lowering", "line": "x", "similarity": 0.61}]
     text = to_markdown(report)
     assert "- **Category:** `multi_method_lowering` (decided by `model`, confidence 0.73)" in text
-    assert "- **Looks like:** [multi_method_lowering](https://github.com/pytorch/executorch/issues/1) (0.61)" in text
+    # the neighbour's own line, its category and similarity, where it was seen (owner/repo#N, linked)
+    assert ("- **Looks like** (the nearest labelled failures):\n  - `x` (`multi_method_lowering`, 0.61), "
+            "[pytorch/executorch\\#\u2060" "1](https://github.com/pytorch/executorch/issues/1)\n") in text
     plain = to_markdown(_report())
     assert "Looks like" not in plain and "decided by" not in plain

@@ -178,7 +178,8 @@ def test_explain_says_what_the_comment_does_not(world):
     [outcome] = world.comment("read", "/etriage explain 1")
     reply = outcome.reply
     assert "**What decided the category:**\n- rule multi-method-getitem (strength 0.9)\n- frame exir/backend/backend_api.py" in reply
-    assert "**Looks like:** `multi_method_lowering` `https://github.com/pytorch/executorch/pull/10584` (0.72)" in reply
+    assert ("**Looks like** (the nearest labelled failures):\n- (`multi_method_lowering`, 0.72), "
+            "[pytorch/executorch\\#\u2060" "10584](https://github.com/pytorch/executorch/pull/10584)") in reply
     assert "**On trunk:** no failure like it is recorded on trunk." in reply
     assert "**Suspects in the diff:**\n- `exir/backend/backend_api.py:705` `to_backend`: in the traceback" in reply
     [ci] = world.comment("read", "/etriage explain 2")

@@ -14,7 +14,7 @@ from cmarkgfm.cmark import Options  # noqa: E402
 
 from bot import md  # noqa: E402
 from bot.commands import explanation  # noqa: E402
-from bot.evidence import Entry  # noqa: E402
+from bot.evidence import Entry, similar_failure, source_label  # noqa: E402
 from tasks.records import (BuildResult, CiReport, Plan, Report, SuiteResult, Suspect,  # noqa: E402
                            Verdict)
 from tasks.records import TestResult as Result  # noqa: E402  (not a test class)
@@ -153,8 +153,10 @@ def hostile_report() -> Report:
                       title=evil["fake heading"], explanation=evil["team mention"] + " " + evil["hidden command"],
                       suggestion=evil["markdown image"], fingerprint="f00d", test=evil["fake heading"],
                       decided_by="model", confidence=0.9,
-                      looks_like=[{"category": evil["details"], "source": "javascript:alert(1)", "similarity": 1.0},
-                                  {"category": "runtime_error", "source": evil["link"], "similarity": 0.5}])
+                      looks_like=[{"category": evil["details"], "source": "javascript:alert(1)", "similarity": 1.0,
+                                   "line": evil["closing fence"], "origin": "generated: " + evil["team mention"]},
+                                  {"category": "runtime_error", "source": evil["link"], "similarity": 0.5,
+                                   "line": evil["markdown image"]}])
     tests = [Result(suite="probes", test=evil["fake heading"], target=target, outcome="failed",
                         message=evil["details"]) for target in ("host", "emulated-arm64")]
     new = [Verdict(suite="probes", test=evil["fake heading"], target=t.target, base="passed", head="failed",
@@ -226,7 +228,8 @@ def test_the_check_run_summary_and_an_explain_reply_are_escaped_too():
     entry = Entry(kind="pr", verdict="new", title=evil["fake heading"], category=evil["details"],
                   tests=[evil["closing fence"]], fingerprints=["f00dbeef"], primary_line=evil["closing fence"],
                   decided_by=evil["team mention"], decision=[evil["hidden command"], evil["tracking pixel"]],
-                  looks_like=[{"category": evil["details"], "source": evil["link"], "similarity": 0.5}],
+                  looks_like=[{"category": evil["details"], "source": evil["link"], "similarity": 0.5,
+                               "line": evil["tracking pixel"], "origin": "generated: " + evil["hidden command"]}],
                   suspects=[{"path": evil["closing fence"], "line": 3, "symbol": evil["team mention"],
                              "reason": evil["markdown image"]}],
                   explanation=evil["team mention"], suggestion=evil["hidden command"], reproduce=evil["closing fence"],
@@ -236,3 +239,27 @@ def test_the_check_run_summary_and_an_explain_reply_are_escaped_too():
         assert page.headings == [] and page.comments == [] and page.mentions() == []
         assert set(page.tags) <= ALLOWED_TAGS, set(page.tags) - ALLOWED_TAGS
         assert "javascript:" not in render(markdown).replace("javascript:alert(1)</code>", "")
+
+
+@pytest.mark.parametrize("source, label", [
+    ("https://github.com/pytorch/executorch/issues/8762", "pytorch/executorch#8762"),
+    ("https://github.com/pytorch/pytorch/pull/10584", "pytorch/pytorch#10584"),
+    ("https://github.com/pytorch/executorch/commit/0123456789abcdef0123", "pytorch/executorch@0123456789"),
+    ("https://github.com/pytorch/executorch/blob/v1.4.1/exir/backend/backend_api.py#L602",
+     "pytorch/executorch exir/backend/backend_api.py"),
+    ("https://dev.to/someone/a-post", "dev.to"),
+])
+def test_a_similar_failure_names_where_it_was_seen(source, label):
+    assert source_label(source) == label
+    html = render("- " + similar_failure({"source": source, "category": "multi_method_lowering", "similarity": 0.47,
+                                          "line": "SpecViolationError: call_module is not valid"}))
+    page = Html(html)
+    assert re.findall(r'<a href="([^"]*)"', html) == [source]  # the one link, to the record's own address
+    assert "SpecViolationError: call_module is not valid" in page.code_texts and "multi_method_lowering" in page.code_texts
+    assert label in html.replace("\u2060", "") and "0.47" in html
+
+
+def test_an_odd_address_of_a_similar_failure_is_no_link():
+    for source in ("javascript:alert(1)", "https://github.com/x/y/issues/1)](https://evil.example", "http://plain.example/a"):
+        html = render(similar_failure({"source": source, "category": "other", "similarity": 0.1, "line": "x"}))
+        assert "<a " not in html and source.split(")")[0] in Html(html).code_texts[-1]
