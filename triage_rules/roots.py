@@ -12,7 +12,9 @@ Two failures are one root when they share any key (the run joins keys transitive
             problem: details"): its category and the problem's kind, whatever program it lowered
             and wherever along the way it was seen
 
-A failure with no message has its fingerprint as its only key.
+A failure with no message has its fingerprint as its only key. An environment failure's keys
+also hold its title, which names what the environment lacks (`Backend {backend} is not
+registered`): one message from two missing backends is two environment problems.
 """
 from __future__ import annotations
 
@@ -69,4 +71,6 @@ def root_keys(failure: Failure) -> list[str]:
         innermost = failure.frames[-1]
         where = f"{PurePath(innermost.file.replace(chr(92), '/')).name}:{innermost.function}"
         keys.append(fingerprint("frame", where, exception, shape(message)))
+    if failure.environment and failure.title:
+        keys = [fingerprint("environment", key, failure.title) for key in keys]
     return keys

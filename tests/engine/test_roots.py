@@ -4,11 +4,15 @@ lines are the probes' real output on regression patches applied to the installed
 multi-method to_backend on tests/engine/corpus/regressions/multi_method_first_method_only_replaced."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from triage_rules import classify_text
 from triage_rules.records import Failure, Frame
 from triage_rules.roots import probe_problem, root_keys
+
+FIXTURES = Path(__file__).parent / "fixtures" / "executorch"
 
 # multi_method_first_partitioner_for_all.patch (the demo's regression): three probes, one check
 DEMO = [
@@ -99,3 +103,15 @@ def test_a_message_without_a_frame_keeps_its_names():
     a = Failure(line="x", line_no=1, exception="ModuleNotFoundError", message="No module named 'tosa'")
     b = Failure(line="x", line_no=1, exception="ModuleNotFoundError", message="No module named 'vela'")
     assert root_keys(a) != root_keys(b) and len(root_keys(a)) == 1
+
+
+def test_one_message_from_two_missing_backends_is_two_environment_roots():
+    """ExecuTorch's own RuntimeError (0x20) says only that the method failed; the runtime's line
+    above it names the backend it lacks. Two backends missing are two environment problems."""
+    log = (FIXTURES / "multi_method_backend_not_registered.log").read_text(encoding="utf-8")
+    demo = classify_text(log, failed=True)[0]
+    rpc = classify_text(log.replace("BackendWithCompilerDemo", "ExecutorBackend"), failed=True)[0]
+    assert demo.environment and rpc.environment and demo.message == rpc.message
+    assert demo.title != rpc.title
+    assert not set(root_keys(demo)) & set(root_keys(rpc))
+    assert root_keys(demo) == root_keys(classify_text(log, failed=True)[0])  # the same backend: one root
