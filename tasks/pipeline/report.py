@@ -44,6 +44,19 @@ def headline(report: Report) -> str:
     return ", ".join(parts)
 
 
+def _one_place(groups: list[list[Verdict]]) -> list[str]:
+    """Roots kept apart by their words can still be one change's one mistake: when two or more
+    new root causes have the same first suspect, the comment says so once (the counts stay)."""
+    places: dict[tuple, int] = defaultdict(int)
+    for group in groups:
+        if group[0].suspects:
+            first = group[0].suspects[0]
+            places[(first.path, first.line or 0, first.symbol or "")] += 1
+    return [f"> {n} of these {len(groups)} failures point first at the same place, "
+            f"{md.code(path + (f':{line}' if line else ''), 160)}{' ' + md.code(symbol, 80) if symbol else ''}: "
+            "perhaps one cause." for (path, line, symbol), n in places.items() if n > 1]
+
+
 def _section(group: list[Verdict], h: str) -> list[str]:
     first = group[0]
     failure = first.failure or Failure(line="", line_no=0)
@@ -180,7 +193,9 @@ def to_markdown(report: Report, *, section_title: str | None = None) -> str:
         by_verdict[v.verdict].append(v)
     if by_verdict["new"]:
         lines += [f"{h} New failures caused by this change", ""]
-        for group in by_root(by_verdict["new"]):
+        groups = by_root(by_verdict["new"])
+        lines += [*_one_place(groups), ""] if _one_place(groups) else []
+        for group in groups:
             lines += _section(group, h)
     refused = [v for v in by_verdict["environment"] if v.failure and v.failure.rule == "refused"]
     if refused:  # the change's own tree, never "not the change's fault"
@@ -352,7 +367,9 @@ def comment_section(report: Report, *, section_title: str, links: Links = NO_LIN
                   for v in refused] + [""]
     if by_verdict["new"]:
         lines += [f"{h} New failures caused by this change", ""]
-        for group in by_root(by_verdict["new"]):
+        groups = by_root(by_verdict["new"])
+        lines += [*_one_place(groups), ""] if _one_place(groups) else []
+        for group in groups:
             entries.append(entry_of(group, "pr", **_where(report, group, links)))
             lines += _numbered_new(group, entries[-1])
     by_verdict["environment"] = [v for v in by_verdict["environment"] if v not in refused]

@@ -5,8 +5,8 @@ SpecViolationError and its `docker exec` wrapper lines (../shared/seeds/000_*.tx
 from __future__ import annotations
 
 from tasks.pipeline import compare
-from tasks.pipeline.report import headline, to_markdown
-from tasks.records import BuildResult, CiReport, Plan, Report
+from tasks.pipeline.report import comment_section, headline, to_markdown
+from tasks.records import BuildResult, CiReport, Plan, Report, Suspect
 from tasks.records import TestResult as Outcome
 from tasks.summary import ci_counts, render_ci_section
 from triage_rules import classify_text
@@ -124,3 +124,22 @@ def test_probes_that_found_different_problems_stay_apart():
                       DEMO_PROBES["multi_method::per_method_partitioners"],
                       ("probes", "multi_method::kv_cache_methods_through_passes"): other})
     assert report.summary["new"] == 2
+
+
+def test_two_roots_with_the_same_first_suspect_are_said_to_point_at_one_place():
+    """The demo's regression fails a test with an AssertionError and three probes with "routed
+    wrongly": two roots by their words, both at `to_backend`. Counted as two, said to be one place."""
+    report = own_run({("selected", "exir/backend/test/test_to_backend_multi_method.py::T::test_two_methods"): OTHER,
+                      ("probes", "multi_method::per_method_partitioners"): PROBE})
+    at = Suspect(path="exir/backend/backend_api.py", line=705, symbol="to_backend", score=3.0, reason="in the traceback")
+    for verdict in report.results:
+        verdict.suspects = [at]
+    note = ("> 2 of these 2 failures point first at the same place, `exir/backend/backend_api.py:705` `to_backend`: "
+            "perhaps one cause.")
+    assert report.summary["new"] == 2 and headline(report).startswith("2 new failures")
+    assert to_markdown(report).count(note) == 1
+    section, entries = comment_section(report, section_title="Rebuild and tests")
+    assert section.count(note) == 1 and len(entries) == 2
+    report.results[1].suspects = [Suspect(path="exir/program/_program.py", line=1302, symbol="to_edge", score=1.0,
+                                          reason="x")]
+    assert "same place" not in to_markdown(report)
