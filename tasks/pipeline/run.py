@@ -202,9 +202,21 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
     # tests that fail at both sides, read at the merge base too: the same root is pre-existing,
     # another one is not (the change's error at head, a backend the runtime lacks at the base)
     base_failures = compare.classify_failing({k: t for k, t in base_idx.items() if k in failures}, classify)
-    retried = {} if broken else _retry(ws, tables, targets, head_build,
-                                       compare.retry_candidates(base_idx, head_idx, failures, base_failures),
-                                       options, progress)
+    candidates = [] if broken else compare.retry_candidates(base_idx, head_idx, failures, base_failures)
+    retried = _retry(ws, tables, targets, head_build, candidates, options, progress)
+    # 3b. without the change (LUCI's "retry without patch"): a test still failing at head that
+    # passed at the merge base runs there again; failing there too, it is not the change's
+    again = _retry(ws, tables, targets, base_build,
+                   [k for k in candidates if retried.get(k) is not None and retried[k].outcome != "passed"
+                    and k in base_idx and base_idx[k].outcome == "passed"],
+                   options, progress, side="the merge base", settled=lambda t: t.outcome in compare.FAILED)
+    intermittent = {k: t for k, t in again.items() if t.outcome in compare.FAILED}
+    if intermittent:
+        base_idx.update(intermittent)
+        base_failures.update(compare.classify_failing(intermittent, classify))
+        plan.notes.append(f"{len(intermittent)} test(s) that passed at the merge base failed there when run again "
+                          f"(intermittent at the merge base, judged by that failure): "
+                          + ", ".join(k[2] for k in list(intermittent)[:5]))
     verdicts = compare.decide(base_idx, head_idx, failures, retried, complete, base_broken=broken,
                               base_failures=base_failures)
     regions = suspects.changed_regions(ws.repo, plan.merge_base, plan.head, plan.changed_files)
@@ -418,8 +430,10 @@ def _note_budget_skips(plan, head_results) -> None:
                                           module=origin.get(path, ""), why="run_budget"))
 
 
-def _retry(ws, tables, targets, head_build, keys, options, progress) -> dict:
-    """Re-run only the tests that would be `new`, at the same head, up to `retries` times."""
+def _retry(ws, tables, targets, build, keys, options, progress, *, side: str = "head",
+           settled=lambda t: t.outcome == "passed") -> dict:
+    """Re-run `keys` on `build`, up to `retries` times, each until it is `settled`: the tests that
+    would be `new`, at head, until they pass; at the merge base, until they fail."""
     retried, pending = {}, list(keys)
     for attempt in range(1, tables.selection.retries + 1):
         groups: dict[tuple[str, str], list[str]] = {}
@@ -427,20 +441,20 @@ def _retry(ws, tables, targets, head_build, keys, options, progress) -> dict:
             groups.setdefault((suite, target), []).append(test)
         runs: dict[str, list[SuiteRun]] = {}
         for (suite, target), tests in groups.items():
-            progress(f"retrying {len(tests)} failed test(s) of {suite} on {target} (attempt {attempt})")
+            progress(f"retrying {len(tests)} failed test(s) of {suite} on {target} at {side} (attempt {attempt})")
             runs.setdefault(target, []).append(SuiteRun(
-                tables.suites[suite], head_build, target, ws.run_dir, options.python,
+                tables.suites[suite], build, target, ws.run_dir, options.python,
                 node_ids=tuple(tests), timeout=options.suite_timeout, attempt=attempt, phase="retry",
                 sandbox=ws.sandbox))
-        still_failing = []
+        unsettled = []
         for target, target_runs in runs.items():
             for results, _, _ in targets[target].run_many(target_runs):
                 for key, test in compare.index(results).items():
                     if key in pending:
                         retried[key] = test
-                        if test.outcome != "passed":
-                            still_failing.append(key)
-        pending = still_failing
+                        if not settled(test):
+                            unsettled.append(key)
+        pending = unsettled
         if not pending:
             break
     return retried

@@ -2,6 +2,7 @@
 the real ExecuTorch runtime. The merge base's results are cached across these tests."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -142,6 +143,33 @@ def test_selected_suite_runs_only_heads_failures_at_the_merge_base(flaky_triage)
     assert all(r["verdict"] == "pre_existing" for r in data["results"] if r["test"] in expected)
     assert any("`fixed` is only computed" in n for n in data["plan"]["notes"])
     assert "partial (no `fixed`)" in to_markdown(report)
+
+
+INTERMITTENT_TEST = (
+    "import os\n\n"
+    "def test_fails_but_on_its_first_merge_base_run():\n"
+    "    # a stand-in for a test that fails at random at the merge base too (the QNN simulator's\n"
+    "    # undefined first read of a delegate's cache): there it passes once, by chance\n"
+    "    assert '/base-' in os.environ.get('ETRIAGE_PYTEST_CONFIG', ''), 'fails, but by chance'\n"
+)
+
+
+def test_a_test_failing_at_random_at_the_merge_base_too_is_not_the_changes(et_repo, tmp_path_factory):
+    """It passed at the merge base once and fails at head, retry included: before calling it new,
+    it runs at the merge base again (LUCI's retry without patch), fails there, and is pre-existing."""
+    path = "exir/backend/test/test_intermittent.py"
+    merge_base = dataclasses.replace(et_repo, base=et_repo.branch(
+        "intermittent-base", edit=lambda repo: (repo / path).write_text(INTERMITTENT_TEST)))
+    head = merge_base.branch("intermittent-head", edit=lambda repo: (repo / path).write_text(INTERMITTENT_TEST + "# touched\n"))
+    messages = []
+    report = triage(TriageOptions(repo=et_repo.path, base=merge_base.base, head=head,
+                                  data_dir=tmp_path_factory.mktemp("etriage-data-intermittent"), suites=["selected"]),
+                    progress=messages.append)
+    [verdict] = [v for v in report.results if v.test == f"{path}::test_fails_but_on_its_first_merge_base_run"]
+    assert (verdict.verdict, verdict.base) == ("pre_existing", "failed"), verdict
+    assert any("at the merge base (attempt 1)" in m for m in messages)
+    assert any("intermittent at the merge base" in n and path in n for n in report.plan.notes)
+    assert verdict.test not in {v.test for v in report.results if v.verdict == "new"}
 
 
 def test_quantizer_freezing_the_kv_cache_is_a_mutable_buffer_failure(et_repo, data_dir, patches):
