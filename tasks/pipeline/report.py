@@ -52,9 +52,10 @@ def _one_place(groups: list[list[Verdict]]) -> list[str]:
         if group[0].suspects:
             first = group[0].suspects[0]
             places[(first.path, first.line or 0, first.symbol or "")] += 1
-    return [f"> {n} of these {len(groups)} failures point first at the same place, "
-            f"{md.code(path + (f':{line}' if line else ''), 160)}{' ' + md.code(symbol, 80) if symbol else ''}: "
-            "perhaps one cause." for (path, line, symbol), n in places.items() if n > 1]
+    notes = [f"> {n} of these {len(groups)} failures point first at the same place, "
+             f"{md.code(path + (f':{line}' if line else ''), 160)}{' ' + md.code(symbol, 80) if symbol else ''}: "
+             "perhaps one cause." for (path, line, symbol), n in places.items() if n > 1]
+    return notes + [""] if notes else []
 
 
 def _section(group: list[Verdict], h: str) -> list[str]:
@@ -194,7 +195,7 @@ def to_markdown(report: Report, *, section_title: str | None = None) -> str:
     if by_verdict["new"]:
         lines += [f"{h} New failures caused by this change", ""]
         groups = by_root(by_verdict["new"])
-        lines += [*_one_place(groups), ""] if _one_place(groups) else []
+        lines += _one_place(groups)
         for group in groups:
             lines += _section(group, h)
     refused = [v for v in by_verdict["environment"] if v.failure and v.failure.rule == "refused"]
@@ -368,7 +369,7 @@ def comment_section(report: Report, *, section_title: str, links: Links = NO_LIN
     if by_verdict["new"]:
         lines += [f"{h} New failures caused by this change", ""]
         groups = by_root(by_verdict["new"])
-        lines += [*_one_place(groups), ""] if _one_place(groups) else []
+        lines += _one_place(groups)
         for group in groups:
             entries.append(entry_of(group, "pr", **_where(report, group, links)))
             lines += _numbered_new(group, entries[-1])
