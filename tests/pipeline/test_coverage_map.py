@@ -196,6 +196,11 @@ def test_a_busy_worker_selects_and_runs_the_same_tests(tmp_path):
             hog.kill()
             hog.wait()
     assert sorted(busy["order"]) == sorted(idle["order"])  # the safety net cut nothing
+    # "idle" is this worker beside the rest of the suite: on a machine whose two CPUs share a core,
+    # a neighbour's burst inflates one measurement's CPU seconds too; the lower of two runs is the
+    # idle cost (measured once, a 2x burst made the busy run look cheaper than the idle one)
+    again = _pytest(root, {}, "tests/test_ops.py")
+    idle["cpu"] = {t: min(c, again["cpu"][t]) for t, c in idle["cpu"].items()}
     test_ids = sorted(idle["cpu"])
     graph = {"imports": {}, "paths": {}, "tests": {"tests/test_ops.py": 4}, "test_ids": {"tests/test_ops.py": test_ids},
              "eager": {}}
