@@ -154,7 +154,7 @@ def hostile_report() -> Report:
                       suggestion=evil["markdown image"], fingerprint="f00d", test=evil["fake heading"],
                       decided_by="model", confidence=0.9,
                       looks_like=[{"category": evil["details"], "source": "javascript:alert(1)", "similarity": 1.0,
-                                   "line": evil["closing fence"], "origin": "generated: " + evil["team mention"]},
+                                   "line": evil["closing fence"]},
                                   {"category": "runtime_error", "source": evil["link"], "similarity": 0.5,
                                    "line": evil["markdown image"]}])
     tests = [Result(suite="probes", test=evil["fake heading"], target=target, outcome="failed",
@@ -229,7 +229,7 @@ def test_the_check_run_summary_and_an_explain_reply_are_escaped_too():
                   tests=[evil["closing fence"]], fingerprints=["f00dbeef"], primary_line=evil["closing fence"],
                   decided_by=evil["team mention"], decision=[evil["hidden command"], evil["tracking pixel"]],
                   looks_like=[{"category": evil["details"], "source": evil["link"], "similarity": 0.5,
-                               "line": evil["tracking pixel"], "origin": "generated: " + evil["hidden command"]}],
+                               "line": evil["tracking pixel"]}],
                   suspects=[{"path": evil["closing fence"], "line": 3, "symbol": evil["team mention"],
                              "reason": evil["markdown image"]}],
                   explanation=evil["team mention"], suggestion=evil["hidden command"], reproduce=evil["closing fence"],
