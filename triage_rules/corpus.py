@@ -54,6 +54,11 @@ class Record:
     def thread(self) -> str:
         return thread_of(self.source)
 
+    @property
+    def generated(self) -> bool:
+        """Made on this machine from real broken code (generated/), not harvested from a thread."""
+        return self.origin.startswith("generated")
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False)
 

@@ -143,7 +143,7 @@ class FailureModel:
         classifier = LogisticRegression(C=self.c, max_iter=3000, class_weight="balanced")
         # a generated record (real output of real broken code, produced here) counts for less than
         # a public one: many come from few programs, and public threads are what the bot meets
-        weights = np.array([self.generated_weight if r.origin.startswith("generated") else 1.0 for r in records]
+        weights = np.array([self.generated_weight if r.generated else 1.0 for r in records]
                            if records else [1.0] * len(labels))
         classifier.fit(matrix, labels, sample_weight=weights)
         self.classifier, self.matrix = classifier, matrix  # kept for the scorer's equivalence test
@@ -155,7 +155,7 @@ class FailureModel:
         # "looks like" names failures seen in public, each with its thread: a record generated here
         # (a mutant, an undone fix) trains the model but is no one's reference
         public = [i for i, r in enumerate(records)
-                  if not r.origin.startswith("generated")] if records else list(range(len(labels)))
+                  if not r.generated] if records else list(range(len(labels)))
         by_column = word_matrix[public].tocsc()
         examples = (by_column.indptr.astype(np.int64), by_column.indices.astype(np.int64),
                     by_column.data.astype(np.float64), len(public))
