@@ -232,3 +232,51 @@ def test_no_worker_on_the_class_queue_is_the_devices_fault(sshd, exported, redis
     result = target.run(run)
     assert result.status == "crashed" and result.reason == "device fault (timeout); 3 attempt(s)"
     assert "no answer from a worker of queue device.arm64" in result.log_excerpt
+
+
+# As on main since #21816: the bindings are `_C` and there is no `_portable_lib`. The shim gives
+# the runner the wheel's real bindings under that name only, and makes `_portable_lib` unimportable.
+ONLY_C = """
+import importlib.abc, runpy, sys
+import executorch.extension.pybindings as package
+from executorch.extension.pybindings import _portable_lib as real
+sys.modules["executorch.extension.pybindings._C"] = package._C = real
+del sys.modules["executorch.extension.pybindings._portable_lib"], package._portable_lib
+
+class NoPortableLib(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.endswith("._portable_lib"):
+            raise ImportError("no _portable_lib here (main)")
+
+sys.meta_path.insert(0, NoPortableLib())
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def _local(argv: list[str], log: Path) -> tuple[int | None, float, str]:
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    log.write_text(proc.stdout)
+    return proc.returncode, 0.0, proc.stdout
+
+
+@pytest.mark.parametrize("bindings", ["_portable_lib", "_C"])
+def test_the_pybind_runner_runs_every_probe_program_with_either_bindings_module(bindings, exported, tmp_path):
+    """pybind_runner (a device's fallback runtime) imports the bindings as `_C` (main) or
+    `_portable_lib` (1.4): with either, every portable probe program matches eager, every step."""
+    from tasks.devices import pybind_runner
+
+    # alone in its folder, as pushed to a device (beside tasks/devices/queue.py it would shadow
+    # the standard library's `queue`)
+    runner = tmp_path / "pushed" / "pybind_runner.py"
+    runner.parent.mkdir()
+    shutil.copy(pybind_runner.__file__, runner)
+    shim = [sys.executable, "-c", ONLY_C] if bindings == "_C" else [sys.executable]
+    runs = programs.run_bundle(exported, [*shim, str(runner)], tmp_path / "out", _local)
+    outcomes = programs.judge(exported, tmp_path / "out", runs, {"portable"})
+    assert outcomes and all(o.outcome == "passed" for o in outcomes), [(o.program.name, o.message) for o in outcomes]
+    if bindings == "_C":  # the shim hides `_portable_lib`: the run above went through `_C`
+        probe = tmp_path / "old_runner.py"
+        probe.write_text("from executorch.extension.pybindings import _portable_lib\n")
+        old = subprocess.run([*shim, str(probe)], capture_output=True, text=True, timeout=120)
+        assert old.returncode != 0 and "no _portable_lib here (main)" in old.stderr, old.stderr[-2000:]
