@@ -49,6 +49,7 @@ from triage_rules.records import dump
 
 log = logging.getLogger(__name__)
 FAILED = {"failure", "timed_out", "cancelled", "startup_failure"}
+CHECK_SCOPE = "Failed CI jobs of this commit are classified in the pull request's etriage comment, not here."
 COUNTED = ("new", "pre_existing", "flaky", "environment", "not_in_log", "ignored", "fixed")  # verdicts in the headline
 
 
@@ -541,7 +542,9 @@ def report_payload(head_sha: str, report: Report, notes=(), ignored: dict[str, s
     if notes:
         first, _, rest = section.partition("\n")
         section = "\n".join([first, *(f"> {md.prose(n, links=links)}\n" for n in notes), rest])
-    summary = "\n\n".join([headline(report), *(md.prose(n, links=links) for n in notes)])
+    # the check run is etriage's own rebuild and tests; the comment also holds the failed CI jobs
+    summary = "\n\n".join([f"etriage's own rebuild and tests: {headline(report)}",
+                            *(md.prose(n, links=links) for n in notes), CHECK_SCOPE])
     return PublishPayload(kind="pr", head_sha=head_sha, section=section,
                           blame_categories=sorted({v.category for v in new if v.labelled}),
                           counts={k: n for k in COUNTED if (n := report.summary.get(k, 0))}

@@ -61,6 +61,9 @@ def test_the_same_probe_failure_in_three_probes_is_one_entry():
     payload = report_payload("h" * 40, report)
     assert payload.check_title.startswith("1 new failure(s), 0 environment problem(s)"), payload.check_title
     assert payload.check_conclusion == "failure"
+    # its counts are etriage's own runs; a reader is told where the CI jobs' failures are
+    assert payload.check_summary.startswith("etriage's own rebuild and tests: 1 new failure caused by this change")
+    assert "Failed CI jobs" in payload.check_summary
 
 
 def ci(jobs: dict[str, str]) -> CiReport:
