@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tasks.pipeline import base, compare, coverage_map, durations, gitio, select, suspects, treepaths
+from tasks.pipeline import base, compare, coverage_map, durations, gitio, select, suspects, treepaths, unrunnable
 from tasks.pipeline.build import Workspace, build_commit, compiled_choices
 from tasks.pipeline.gitio import GitError
 from tasks.pipeline.overlay import installed_package_dir
@@ -107,6 +107,18 @@ def triage(options: TriageOptions, *, classify=classify_text, progress=_quiet) -
 
 
 def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress, start) -> Report:
+    targets = {name: make_target(tables.targets[name], options.tool_env) for name in plan.targets}
+    toolchains = _toolchains(plan, tables, targets)
+    try:
+        choices = compiled_choices(ws, [plan.merge_base, plan.head], tables,
+                                   python_runtime=any(t.python_runtime for t in targets.values()))
+    except (GitError, OSError) as error:
+        build = BuildResult(status="environment", kind="environment", commit=plan.head,
+                            reason=f"could not read the commits' native sources: {error}")
+        return _environment_failed(plan, build, "head", start)
+    # what earlier runs on these compiled parts showed this worker cannot run (unrunnable.py)
+    head_choice = choices[plan.head]
+    lessons_key = unrunnable.identity(head_choice.source, head_choice.release, head_choice.native_key)
     if "selected" in plan.suites:
         progress("selecting tests (import graph of head) ...")
         graph = select.import_graph(ws.repo, plan.head, ws.data_dir, ws.use_cache)
@@ -118,7 +130,8 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
                                          plan.changed_files)
         plan.selected, plan.left_out = select.select_tests(
             graph, plan.changed_files, tables, fixed, durations.load(ws.data_dir) if ws.use_cache else None,
-            symbols=symbols, host=_host(options), evidence=evidence)
+            symbols=symbols, evidence=evidence,
+            host=_host(options, unrunnable.load(ws.data_dir, lessons_key) if ws.use_cache else {}))
         plan.notes += evidence.notes()
         plan.budget_seconds = tables.selection.budget_seconds
         progress(f"selected {len(plan.selected)} test(s): {', '.join(s.path for s in plan.selected) or '-'}")
@@ -133,15 +146,6 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
                                        "can run here")
             return _report(plan, build, [], [], start, base_cached=False)
 
-    targets = {name: make_target(tables.targets[name], options.tool_env) for name in plan.targets}
-    toolchains = _toolchains(plan, tables, targets)
-    try:
-        choices = compiled_choices(ws, [plan.merge_base, plan.head], tables,
-                                   python_runtime=any(t.python_runtime for t in targets.values()))
-    except (GitError, OSError) as error:
-        build = BuildResult(status="environment", kind="environment", commit=plan.head,
-                            reason=f"could not read the commits' native sources: {error}")
-        return _environment_failed(plan, build, "head", start)
     progress(f"build head {plan.head[:12]} (environment{', ' if plan.recipes else ''}{', '.join(plan.recipes)}) ...")
     head_build = build_commit(ws, tables, plan.head, plan.changed_files, plan.recipes, classify, progress,
                               toolchains, choice=choices[plan.head])
@@ -219,6 +223,11 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
                           + ", ".join(k[2] for k in list(intermittent)[:5]))
     verdicts = compare.decide(base_idx, head_idx, failures, retried, complete, base_broken=broken,
                               base_failures=base_failures)
+    if ws.use_cache and not broken:  # a broken merge base makes every verdict environment: nothing to learn
+        learnt = unrunnable.learn(ws.data_dir, lessons_key, head_results, verdicts, plan.merge_base)
+        if learnt:
+            progress(f"learnt: {len(learnt)} selected test(s) cannot run on these compiled parts "
+                     f"({', '.join(sorted(learnt))}); later selections leave them out")
     regions = suspects.changed_regions(ws.repo, plan.merge_base, plan.head, plan.changed_files)
     for verdict in verdicts:
         key = (verdict.suite, verdict.target, verdict.test)
@@ -347,13 +356,14 @@ def _record_coverage(options: TriageOptions, ws: Workspace, commit: str, results
     progress(f"coverage map: {len(rows)} (file, test) row(s) recorded from the selected tests at head")
 
 
-def _host(options: TriageOptions) -> select.Host:
+def _host(options: TriageOptions, cannot_run: dict[str, str]) -> select.Host:
     """What the suites' interpreter offers. Another interpreter than this one is not asked
-    (that would run it once more per triage): its tests find out at collection."""
+    (that would run it once more per triage): its tests find out at collection. `cannot_run`:
+    test files earlier runs on the same compiled parts could not run (unrunnable.py)."""
     qnn_sdk = bool(options.tool_env.get("QNN_SDK_ROOT"))
     if Path(options.python).absolute() == Path(sys.executable).absolute():
-        return select.Host(qnn_sdk=qnn_sdk)
-    return select.Host(qnn_sdk=qnn_sdk, has_module=lambda name: True)
+        return select.Host(qnn_sdk=qnn_sdk, cannot_run=cannot_run)
+    return select.Host(qnn_sdk=qnn_sdk, has_module=lambda name: True, cannot_run=cannot_run)
 
 
 def _head_runs(ws, tables, plan, targets, head_build, options, progress):

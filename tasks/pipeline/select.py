@@ -22,7 +22,11 @@ No backend is excluded by its path. Whether a test file can run on this worker i
 what importing it runs for certain (unmet_needs): a package the worker's Python lacks
 (`tosa_serializer` for Arm, `coremltools`, ...) or the QNN SDK leaves it out, at no cost, as
 "needs ...". What slips through fails at collection and is an environment verdict when the
-merge base fails the same way (compare.py).
+merge base fails the same way (compare.py). What no import says (a backend the runtime does not
+register, a compiled module the environment lacks) the worker learns from its own runs
+(unrunnable.py): a test that failed for the environment, or a file that could not be collected at
+either side, is left out of later selections on the same compiled parts for a week, and the
+other tests of its file run by node id.
 
 Every candidate names the changed file it is relevant to; the plan keeps every left-out one
 with why (needs, excluded, files, budget), and the report lists them per changed file.
@@ -172,6 +176,8 @@ class Host:
     import, and whether a QNN SDK is configured. Decides, per test file, whether it can run."""
     qnn_sdk: bool = False
     has_module: Callable[[str], bool] = field(default=lambda name: _installed(name))
+    # test file -> why this worker cannot run it, learned from its own runs (unrunnable.py)
+    cannot_run: dict[str, str] = field(default_factory=dict)
 
 
 def local_names(graph: dict) -> set[str]:
@@ -209,6 +215,21 @@ def unmet_needs(graph: dict, path: str, host: Host, local: set[str] = frozenset(
         needs.append("the QNN SDK (QNN_SDK_ROOT is not set; etriage never downloads it)")
     needs += [f"`{name}` (not installed)" for name in sorted(external - local) if not _has(host, name)]
     return needs
+
+
+def why_not_here(graph: dict, path: str, host: Host, local: set[str] = frozenset(),
+                 changed_paths: set[str] = frozenset()) -> str:
+    """Why this worker cannot run the test file, "" when it can: what importing it needs that the
+    host lacks, else what its earlier runs taught: the file, or every test of it, cannot run here
+    (host.cannot_run; never said of a file the change edits)."""
+    needs = unmet_needs(graph, path, host, local)
+    if needs:
+        return f"needs {', '.join(needs)}"
+    if path in changed_paths:
+        return ""
+    ids = graph.get("test_ids", {}).get(path, [])
+    learnt = [host.cannot_run[t] for t in [path, *ids] if t in host.cannot_run]
+    return learnt[0] if path in host.cannot_run or (ids and len(learnt) == len(ids)) else ""
 
 
 @functools.lru_cache(maxsize=None)
@@ -335,8 +356,8 @@ def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables, fixed_
     """Rank candidates by relevance (module docstring), then spend `budget_seconds` and
     `max_files` in that order; costs from `learned` (durations.load) where known, else the
     table's conservative estimate. `symbols`: the changed functions and classes (a dict maps
-    each to its file). A test file that needs what `host` lacks (unmet_needs) is not run and
-    costs nothing. Every item names the changed `module` it is relevant to; a left-out one
+    each to its file). A test file that needs what `host` lacks (unmet_needs), or that this
+    worker's earlier runs showed it cannot run (host.cannot_run), is not run and costs nothing. Every item names the changed `module` it is relevant to; a left-out one
     says `why`: needs, excluded, files, budget.
 
     `evidence` (coverage_map.Evidence): the merge base's coverage map. Its tests that execute a
@@ -427,12 +448,29 @@ def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables, fixed_
             left_out.append(_left(item, "excluded", f"left out: excluded by {excluded!r} in the tables "
                                                     "(too long for a pull request)"))
             continue
-        needs = unmet_needs(graph, path, host, local)
-        if needs:
-            left_out.append(_left(item, "needs", f"not run on this worker: needs {', '.join(needs)}"))
+        why = why_not_here(graph, path, host, local, changed_paths)
+        if why:
+            left_out.append(_left(item, "needs", f"not run on this worker: {why}"))
             continue
         if len({s.path.split("::", 1)[0] for s in selected} - by_map) >= rules.max_files:  # files, not node ids
             left_out.append(_left(item, "files", f"left out: over the budget of {rules.max_files} files"))
+            continue
+        unrunnable = [] if path in changed_paths else [t for t in test_ids.get(path, []) if t in host.cannot_run]
+        if unrunnable:  # some of its tests cannot run here (learnt): the others run, by node id
+            rest = [t for t in (relevant or test_ids[path]) if t not in host.cannot_run]
+            part = durations.estimate_tests(learned, rest, rules)
+            if rest and (part <= left or not selected):
+                selected += [SelectedTest(path=t, reason=f"{reason}; not its {len(unrunnable)} test(s) that "
+                                                         "cannot run here", module=origin,
+                                          estimated_seconds=math.floor(part / len(rest) * 10) / 10)
+                             for t in rest]
+                spent += part
+                left_out.append(_left(item, "needs", f"partly run: {len(unrunnable)} of its tests not run on "
+                                                     f"this worker: {host.cannot_run[unrunnable[0]]}"))
+            else:
+                left_out.append(_left(item, "budget", f"left out: over the time budget ({spent:.0f}s of "
+                                                      f"{rules.budget_seconds:.0f}s already selected; "
+                                                      f"{len(unrunnable)} of its tests cannot run on this worker)"))
             continue
         if cost > left and relevant and len(relevant) < graph["tests"].get(path, 0):
             part = durations.estimate_tests(learned, relevant, rules)
@@ -472,15 +510,16 @@ def _from_the_map(evidence, graph: dict, rules, learned: dict, host: Host, local
         if path in changed_paths or path not in graph["tests"]:
             continue  # runs whole, or no longer a test file of this tree
         if path not in blocked:
-            blocked[path] = unmet_needs(graph, path, host, local)
+            blocked[path] = why_not_here(graph, path, host, local)
         what = (f"executes {hit.lines} changed line(s)" if hit.lines else
                 f"executes {hit.functions} changed function(s) (not the changed lines themselves)")
         cost = durations.estimate_tests(learned, [hit.test], rules) - rules.seconds_per_file
         cost += 0 if path in files_paid else rules.seconds_per_file
         item = SelectedTest(path=hit.test, reason=f"the merge base's coverage map: {what} (~{cost:.1f}s)",
                             estimated_seconds=round(cost, 2), module=hit.module)
-        if blocked[path]:
-            left_out.append(_left(item, "needs", f"not run on this worker: needs {', '.join(blocked[path])}"))
+        why = blocked[path] or host.cannot_run.get(hit.test, "")
+        if why:
+            left_out.append(_left(item, "needs", f"not run on this worker: {why}"))
         elif spent + cost <= rules.budget_seconds or not selected:
             selected.append(item)
             spent += cost

@@ -1,0 +1,112 @@
+"""Tests this worker cannot run, learned from its own runs: selection leaves them out.
+
+A selected test judged `environment` at head (a backend the runtime lacks, a package missing at
+both sides), or a selected test file that could not even be collected at head nor at the merge
+base, cannot catch a regression on this worker. Running it again spends the selection's budget
+that a test able to fail for the change could use, and puts the same entry on every pull
+request. So it is remembered, per environment (`identity`: the compiled parts the run used), for
+EXPIRY_DAYS, then tried once more. Selection leaves out a file none of whose tests can run and
+runs the others of a file by node id; a change that edits the file runs it whatever was learnt,
+and a run in which the test passes forgets it.
+
+Stored in <data_dir>/unrunnable.json, written atomically (concurrent runs may lose each other's
+latest entries, never corrupt the file):
+
+    {identity: {node id or file: {"why": text, "merge_base": sha, "at": epoch seconds}}}
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from tasks.records import SuiteResult, Verdict
+
+FILE = "unrunnable.json"
+EXPIRY_DAYS = 7
+SUITE = "selected"  # only tests chosen for a change; the fixed suites always run
+MAX_WHY = 200
+
+
+def identity(source: str, release: str, native_key: str) -> str:
+    """The environment a lesson holds for: where its compiled parts came from (wheel, registry,
+    built) and which (release, native key). Another environment learns for itself."""
+    return f"{source}:{release or '-'}:{native_key[:16] or '-'}"
+
+
+def _read(data_dir: Path) -> dict:
+    try:
+        data = json.loads((Path(data_dir) / FILE).read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def load(data_dir: Path, ident: str, now: float | None = None) -> dict[str, str]:
+    """node id or file -> why this worker cannot run it, for the lessons of `ident` not yet expired."""
+    now = time.time() if now is None else now
+    entries = _read(data_dir).get(ident, {})
+    out = {}
+    for path, entry in (entries.items() if isinstance(entries, dict) else ()):
+        if not isinstance(entry, dict) or not isinstance(entry.get("at"), (int, float)):
+            continue  # a damaged entry teaches nothing
+        if now - entry["at"] < EXPIRY_DAYS * 86400:
+            day = time.strftime("%Y-%m-%d", time.gmtime(entry["at"]))
+            out[path] = (f"{str(entry.get('why', ''))[:MAX_WHY]} (learnt at the merge base "
+                         f"{str(entry.get('merge_base', ''))[:12]} on {day}; tried again after {EXPIRY_DAYS} days, "
+                         "or when a change edits its file)")
+    return out
+
+
+def _file(test: str) -> str:
+    return test.split("::", 1)[0]
+
+
+def lessons(head_results: list[SuiteResult], verdicts: list[Verdict]) -> tuple[dict[str, str], set[str]]:
+    """(what cannot run here -> why, the tests that passed) from one run at head. What cannot run:
+    a selected test judged `environment` (its node id), and a selected file that failed at
+    collection at head and at the merge base alike (the file: none of its tests can run)."""
+    passed = {t.test for suite in head_results if suite.suite == SUITE for t in suite.tests if t.outcome == "passed"}
+    out = {}
+    for v in verdicts:
+        if v.suite != SUITE or not _file(v.test).endswith(".py"):
+            continue  # a fixed suite, or a crashed suite's pseudo-test
+        if v.verdict == "environment" or (v.verdict == "pre_existing" and "::" not in v.test):
+            out[v.test] = _why(v)
+    return out, passed
+
+
+def _why(v: Verdict) -> str:
+    """The lesson in words: what failed (the engine's title and the message it read)."""
+    failure = v.failure
+    if failure is None:
+        return "environment"
+    said = [p for p in (failure.title, failure.message or failure.line.strip()) if p]
+    why = ": ".join(said[:1] + [p for p in said[1:] if p not in said[0]])
+    kind = "failed for the environment" if v.verdict == "environment" else "could not be collected at either side"
+    return f"{kind}: {why}"[:MAX_WHY]
+
+
+def learn(data_dir: Path, ident: str, head_results: list[SuiteResult], verdicts: list[Verdict],
+          merge_base: str, now: float | None = None) -> dict[str, str]:
+    """Fold one run in: remember what could not run here, forget what passed. Returns what it
+    learnt (node id or file -> why)."""
+    now = time.time() if now is None else now
+    learnt, passed = lessons(head_results, verdicts)
+    data = _read(data_dir)
+    entries = data.get(ident) if isinstance(data.get(ident), dict) else {}
+    forget = passed | {_file(t) for t in passed}  # a test that passed, and its file, can run here
+    if not learnt and not (forget & set(entries)):
+        return {}
+    for test in forget:
+        entries.pop(test, None)
+    for path, why in learnt.items():
+        entries[path] = {"why": why, "merge_base": merge_base, "at": now}
+    data[ident] = entries
+    path = Path(data_dir) / FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True))
+    os.replace(tmp, path)
+    return learnt
