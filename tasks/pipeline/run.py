@@ -359,7 +359,7 @@ def _record_coverage(options: TriageOptions, ws: Workspace, commit: str, results
 def _host(options: TriageOptions, cannot_run: dict[str, str]) -> select.Host:
     """What the suites' interpreter offers. Another interpreter than this one is not asked
     (that would run it once more per triage): its tests find out at collection. `cannot_run`:
-    test files earlier runs on the same compiled parts could not run (unrunnable.py)."""
+    the tests (node ids or files) earlier runs on the same compiled parts could not run (unrunnable.py)."""
     qnn_sdk = bool(options.tool_env.get("QNN_SDK_ROOT"))
     if Path(options.python).absolute() == Path(sys.executable).absolute():
         return select.Host(qnn_sdk=qnn_sdk, cannot_run=cannot_run)

@@ -176,7 +176,7 @@ class Host:
     import, and whether a QNN SDK is configured. Decides, per test file, whether it can run."""
     qnn_sdk: bool = False
     has_module: Callable[[str], bool] = field(default=lambda name: _installed(name))
-    # test file -> why this worker cannot run it, learned from its own runs (unrunnable.py)
+    # test file or node id -> why this worker cannot run it, learnt from its own runs (unrunnable.py)
     cannot_run: dict[str, str] = field(default_factory=dict)
 
 
@@ -357,8 +357,9 @@ def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables, fixed_
     `max_files` in that order; costs from `learned` (durations.load) where known, else the
     table's conservative estimate. `symbols`: the changed functions and classes (a dict maps
     each to its file). A test file that needs what `host` lacks (unmet_needs), or that this
-    worker's earlier runs showed it cannot run (host.cannot_run), is not run and costs nothing. Every item names the changed `module` it is relevant to; a left-out one
-    says `why`: needs, excluded, files, budget.
+    worker's earlier runs showed it cannot run (host.cannot_run), is not run and costs nothing.
+    Every item names the changed `module` it is relevant to; a left-out one says `why`: needs,
+    excluded, files, budget.
 
     `evidence` (coverage_map.Evidence): the merge base's coverage map. Its tests that execute a
     changed line (or function) come first, by node id, ranked by changed lines executed per
