@@ -1,17 +1,17 @@
-"""Test files this worker cannot run, learned from its own runs (tasks/pipeline/unrunnable.py):
-what makes a lesson, how long it holds and for which compiled parts, and selection leaving such a
-file out; end to end, a real test file of the installed ExecuTorch whose tests need a backend
-the runtime lacks is run once, then left out."""
+"""Tests this worker cannot run, learnt from its own runs (tasks/pipeline/unrunnable.py): what
+makes a lesson, how long it holds and for which compiled parts, and selection leaving such tests
+out; end to end, real tests of the installed ExecuTorch that need a backend or a compiled module
+the wheel lacks run once, then are left out."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
+from tasks import records
 from tasks.pipeline import select, unrunnable
 from tasks.pipeline.run import TriageOptions, triage
 from tasks.pipeline.tables import load_tables
-from tasks import records
 from tasks.records import ChangedFile, SuiteResult, Verdict
 from triage_rules.records import Failure
 
