@@ -458,8 +458,11 @@ def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables, fixed_
             continue
         unrunnable = [] if path in changed_paths else [t for t in test_ids.get(path, []) if t in host.cannot_run]
         if unrunnable:  # some of its tests cannot run here (learnt): the others run, by node id
-            rest = [t for t in (relevant or test_ids[path]) if t not in host.cannot_run]
+            rest = [t for t in test_ids[path] if t not in host.cannot_run]
             part = durations.estimate_tests(learned, rest, rules)
+            if part > left and relevant:  # over the budget: its tests named after the change, as below
+                rest = [t for t in relevant if t not in host.cannot_run]
+                part = durations.estimate_tests(learned, rest, rules)
             if rest and (part <= left or not selected):
                 selected += [SelectedTest(path=t, reason=f"{reason}; not its {len(unrunnable)} test(s) that "
                                                          "cannot run here", module=origin,

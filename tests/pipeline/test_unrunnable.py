@@ -4,6 +4,7 @@ out; end to end, real tests of the installed ExecuTorch that need a backend or a
 the wheel lacks run once, then are left out."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -106,6 +107,12 @@ def test_selection_leaves_out_what_cannot_run_here_unless_the_change_edits_it(et
     assert sorted(s.path for s in selected if s.path.startswith(RPC)) == sorted(ids[1:])
     [left] = [s for s in left_out if s.path == RPC]
     assert left.why == "needs" and f"partly run: 1 of its tests not run on this worker: {why}" in left.reason
+    # over the budget, the rest of it is left out as such, still saying what cannot run here
+    tight = dataclasses.replace(tables, selection=dataclasses.replace(tables.selection, budget_seconds=1.0))
+    selected, left_out = select.select_tests(graph, change, tight, set(), host=select.Host(cannot_run={ids[0]: why}))
+    assert selected and not [s for s in selected if s.path.startswith(RPC)]  # the first candidate ran
+    [left] = [s for s in left_out if s.path == RPC]
+    assert left.why == "budget" and "1 of its tests cannot run on this worker" in left.reason
     # a change to the test file itself runs it whole: it may be the fix
     selected, _ = select.select_tests(graph, change + [ChangedFile(RPC, "M")], tables, set(),
                                       host=select.Host(cannot_run=dict.fromkeys(ids, why)))
