@@ -1,7 +1,10 @@
 """A worker process for tests/devices/test_pool.py: leases devices from the real pool on a real
 Redis and records what it did in Redis lists, so the test can check it from outside.
 
-    python pool_worker.py REDIS_URL PREFIX INVENTORY.yaml CLASS JOB ROUNDS HOLD_SECONDS TTL
+    python pool_worker.py REDIS_URL PREFIX INVENTORY.yaml CLASS JOB ROUNDS HOLD_SECONDS TTL [BARRIER]
+
+BARRIER 1: say ready (`test:ready`), then lease only once the test sets `test:go`, so that
+workers started one after another on a busy machine still contend for the devices.
 """
 from __future__ import annotations
 
@@ -19,9 +22,14 @@ from tasks.devices.inventory import load_inventory  # noqa: E402
 from tasks.devices.pool import Pool  # noqa: E402
 
 
-def main(url, prefix, inventory, device_class, job, rounds, hold, ttl) -> None:
+def main(url, prefix, inventory, device_class, job, rounds, hold, ttl, barrier="0") -> None:
     client = redis.Redis.from_url(url)
     pool = Pool(client, load_inventory(inventory), ttl=float(ttl), prefix=prefix)
+    if barrier == "1":
+        client.rpush(f"{prefix}test:ready", job)
+        deadline = time.monotonic() + 120
+        while not client.exists(f"{prefix}test:go") and time.monotonic() < deadline:
+            time.sleep(0.005)
     for i in range(int(rounds)):
         with pool.lease(device_class, f"{job}#{i}") as lease:
             device = lease.device.id

@@ -67,7 +67,12 @@ def lab(redis_url, tmp_path):
 
 
 def test_never_a_device_held_twice(lab):
-    jobs = [lab.worker("x86_64", f"job{i}", "6", "0.05", "5") for i in range(4)]
+    jobs = [lab.worker("x86_64", f"job{i}", "6", "0.05", "5", "1") for i in range(4)]
+    # all four lease from the same moment: started one by one on a busy machine, each could
+    # otherwise finish its 0.3 s of leases before the next one began (measured once: only x86-a used)
+    for _ in jobs:
+        assert lab.client.blpop([f"{lab.prefix}test:ready"], timeout=120), "a worker never got ready"
+    lab.client.set(f"{lab.prefix}test:go", 1)
     for proc in jobs:
         assert proc.wait(timeout=300) == 0
     events = [json.loads(e) for e in lab.client.lrange(f"{lab.prefix}test:events", 0, -1)]
