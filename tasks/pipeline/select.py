@@ -464,10 +464,8 @@ def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables, fixed_
                 rest = [t for t in relevant if t not in host.cannot_run]
                 part = durations.estimate_tests(learned, rest, rules)
             if rest and (part <= left or not selected):
-                selected += [SelectedTest(path=t, reason=f"{reason}; not its {len(unrunnable)} test(s) that "
-                                                         "cannot run here", module=origin,
-                                          estimated_seconds=math.floor(part / len(rest) * 10) / 10)
-                             for t in rest]
+                selected += _by_node_id(rest, f"{reason}; not its {len(unrunnable)} test(s) that cannot run here",
+                                        part, origin)
                 spent += part
                 left_out.append(_left(item, "needs", f"partly run: {len(unrunnable)} of its tests not run on "
                                                      f"this worker: {host.cannot_run[unrunnable[0]]}"))
@@ -479,11 +477,8 @@ def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables, fixed_
         if cost > left and relevant and len(relevant) < graph["tests"].get(path, 0):
             part = durations.estimate_tests(learned, relevant, rules)
             if part <= left or not selected:
-                selected += [SelectedTest(path=t, reason=f"{reason}; only its tests named after the change "
-                                                         f"(the whole file ~{cost:.0f}s is over the budget)",
-                                          estimated_seconds=math.floor(part / len(relevant) * 10) / 10,
-                                          module=origin)
-                             for t in relevant]
+                selected += _by_node_id(relevant, f"{reason}; only its tests named after the change "
+                                                  f"(the whole file ~{cost:.0f}s is over the budget)", part, origin)
                 spent += part
                 left_out.append(_left(item, "budget", f"partly run: {len(relevant)} of its tests, the rest "
                                                       "is over the time budget"))
@@ -497,6 +492,12 @@ def select_tests(graph: dict, changes: list[ChangedFile], tables: Tables, fixed_
             left_out.append(_left(item, "budget", f"left out: over the time budget ({spent:.0f}s of "
                                                   f"{rules.budget_seconds:.0f}s already selected)"))
     return selected, left_out
+
+
+def _by_node_id(node_ids: list[str], reason: str, seconds: float, origin: str) -> list[SelectedTest]:
+    """Some tests of one file, selected by node id: their estimate shared among them."""
+    return [SelectedTest(path=t, reason=reason, estimated_seconds=math.floor(seconds / len(node_ids) * 10) / 10,
+                         module=origin) for t in node_ids]
 
 
 def _from_the_map(evidence, graph: dict, rules, learned: dict, host: Host, local: set[str],
