@@ -14,7 +14,9 @@ Redis keys (prefix `etriage:devices:`):
     ticket:<class>      the ticket counter
     waiter:<ticket>     a waiting job's own heartbeat: a dead waiter leaves the queue
     failures:<device>   infra faults in a row; quarantine:<device> once it reaches the limit
-    wake:<class>        a release wakes the waiters (they also look again every second)
+    wake:<class>:<ticket>  the first in line's wake-up: a release, or the one before it taking a
+                        device or leaving, wakes whoever is first now (all also look again every
+                        `poll` seconds, which only a dead first waiter should ever need)
 """
 from __future__ import annotations
 
@@ -32,21 +34,38 @@ from tasks.devices.inventory import Device
 
 PREFIX = "etriage:devices:"
 
-# KEYS: queue. ARGV: prefix, ticket, token, ttl_ms, device ids...
-_ACQUIRE = """
-local prefix, ticket, token, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+# Wake whoever is first in line now (KEYS[1] the queue, ARGV[1] the class's wake prefix). A list,
+# so a wake-up pushed before its waiter sleeps is not lost.
+_WAKE_FIRST = """
+local function wake_first(queue, wake)
+  local head = redis.call('ZRANGE', queue, 0, 0)[1]
+  if head then
+    redis.call('RPUSH', wake .. head, '1')
+    redis.call('PEXPIRE', wake .. head, 60000)
+  end
+end
+"""
+# KEYS: queue. ARGV: prefix, ticket, token, ttl_ms, wake prefix, device ids...
+_ACQUIRE = _WAKE_FIRST + """
+local prefix, ticket, token, ttl, wake = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local removed = false
 while true do
   local head = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
   if not head then return false end
   if head == ticket then break end
-  if redis.call('EXISTS', prefix .. 'waiter:' .. head) == 1 then return false end
+  if redis.call('EXISTS', prefix .. 'waiter:' .. head) == 1 then
+    if removed then wake_first(KEYS[1], wake) end  -- it waited behind a dead ticket
+    return false
+  end
   redis.call('ZREM', KEYS[1], head)
+  removed = true
 end
-for i = 5, #ARGV do
+for i = 6, #ARGV do
   local id = ARGV[i]
   if redis.call('EXISTS', prefix .. 'quarantine:' .. id) == 0
      and redis.call('SET', prefix .. 'lease:' .. id, token, 'NX', 'PX', ttl) then
     redis.call('ZREM', KEYS[1], ticket)
+    wake_first(KEYS[1], wake)  -- the next in line may find another device free
     return id
   end
 end
@@ -56,14 +75,21 @@ _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 """
-_RELEASE = """
+# KEYS: lease, queue. ARGV: token, wake prefix.
+_RELEASE = _WAKE_FIRST + """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('RPUSH', KEYS[2], '1')
-  redis.call('PEXPIRE', KEYS[2], 60000)
+  wake_first(KEYS[2], ARGV[2])
   return 1
 end
 return 0
+"""
+# KEYS: queue. ARGV: ticket, wake prefix. A waiter leaving (leased, timed out, failed) hands on.
+_LEAVE = _WAKE_FIRST + """
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('DEL', ARGV[2] .. ARGV[1])
+wake_first(KEYS[1], ARGV[2])
+return 1
 """
 
 
@@ -82,12 +108,13 @@ class Lease:
 
 class Pool:
     def __init__(self, redis, inventory: dict[str, Device], *, ttl: float = 60.0, quarantine_after: int = 3,
-                 health: Callable[[Device], None] | None = None, prefix: str = PREFIX):
-        self.redis, self.inventory, self.prefix = redis, inventory, prefix
+                 health: Callable[[Device], None] | None = None, prefix: str = PREFIX, poll: float = 1.0):
+        self.redis, self.inventory, self.prefix, self.poll = redis, inventory, prefix, poll
         self.ttl_ms, self.quarantine_after, self.health = int(ttl * 1000), quarantine_after, health
         self._acquire = redis.register_script(_ACQUIRE)
         self._renew = redis.register_script(_RENEW)
         self._release = redis.register_script(_RELEASE)
+        self._leave = redis.register_script(_LEAVE)
 
     def devices_of(self, device_class: str) -> list[Device]:
         return [d for d in self.inventory.values() if d.enabled and d.device_class == device_class]
@@ -118,10 +145,10 @@ class Pool:
         if not candidates:
             raise NoDevice(f"no enabled device of class {device_class} in the inventory"
                            + (f" among {', '.join(sorted(only))}" if only else ""))
-        queue = self._key("queue", device_class)
+        queue, wake = self._key("queue", device_class), self._key("wake", device_class, "")
         ticket = self.redis.incr(self._key("ticket", device_class))
         waiter = self._key("waiter", str(ticket))
-        waiter_ttl = max(self.ttl_ms, 5_000)  # renewed at least every second below
+        waiter_ttl = max(self.ttl_ms, 5_000, int(self.poll * 3000))  # renewed at least every `poll` below
         self.redis.set(waiter, job, px=waiter_ttl)
         self.redis.zadd(queue, {str(ticket): ticket})
         token = f"{job}|{uuid.uuid4().hex}"
@@ -131,7 +158,7 @@ class Pool:
             while True:
                 self.redis.pexpire(waiter, waiter_ttl)
                 ids = [d.id for d in candidates]
-                got = self._acquire(keys=[queue], args=[self.prefix, str(ticket), token, self.ttl_ms, *ids])
+                got = self._acquire(keys=[queue], args=[self.prefix, str(ticket), token, self.ttl_ms, wake, *ids])
                 if got:
                     device = self.inventory[got.decode() if isinstance(got, bytes) else got]
                     lease = Lease(device, token, job)
@@ -150,9 +177,9 @@ class Pool:
                 if on_wait and not told:
                     on_wait(f"waiting for a {device_class} device ({self.redis.zrank(queue, str(ticket))} ahead)")
                     told = True
-                self.redis.blpop([self._key("wake", device_class)], timeout=1)
+                self.redis.blpop([wake + str(ticket)], timeout=self.poll)
         finally:
-            self.redis.zrem(queue, str(ticket))
+            self._leave(keys=[queue], args=[str(ticket), wake])
             self.redis.delete(waiter)
 
     def _check(self, device: Device) -> DeviceFault | None:
@@ -179,8 +206,9 @@ class Pool:
                 return
 
     def release(self, lease: Lease) -> bool:
-        return bool(self._release(keys=[self._key("lease", lease.device.id),
-                                        self._key("wake", lease.device.device_class)], args=[lease.token]))
+        device_class = lease.device.device_class
+        return bool(self._release(keys=[self._key("lease", lease.device.id), self._key("queue", device_class)],
+                                  args=[lease.token, self._key("wake", device_class, "")]))
 
     def holder(self, device_id: str) -> str | None:
         token = self.redis.get(self._key("lease", device_id))

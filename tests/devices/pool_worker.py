@@ -1,10 +1,11 @@
 """A worker process for tests/devices/test_pool.py: leases devices from the real pool on a real
 Redis and records what it did in Redis lists, so the test can check it from outside.
 
-    python pool_worker.py REDIS_URL PREFIX INVENTORY.yaml CLASS JOB ROUNDS HOLD_SECONDS TTL [BARRIER]
+    python pool_worker.py REDIS_URL PREFIX INVENTORY.yaml CLASS JOB ROUNDS HOLD_SECONDS TTL [BARRIER [POLL]]
 
 BARRIER 1: say ready (`test:ready`), then lease only once the test sets `test:go`, so that
 workers started one after another on a busy machine still contend for the devices.
+POLL: the pool's fallback look-again interval in seconds (default 1).
 """
 from __future__ import annotations
 
@@ -22,9 +23,9 @@ from tasks.devices.inventory import load_inventory  # noqa: E402
 from tasks.devices.pool import Pool  # noqa: E402
 
 
-def main(url, prefix, inventory, device_class, job, rounds, hold, ttl, barrier="0") -> None:
+def main(url, prefix, inventory, device_class, job, rounds, hold, ttl, barrier="0", poll="1") -> None:
     client = redis.Redis.from_url(url)
-    pool = Pool(client, load_inventory(inventory), ttl=float(ttl), prefix=prefix)
+    pool = Pool(client, load_inventory(inventory), ttl=float(ttl), prefix=prefix, poll=float(poll))
     if barrier == "1":
         client.rpush(f"{prefix}test:ready", job)
         deadline = time.monotonic() + 120
