@@ -84,7 +84,8 @@ def base_outcomes(ws, targets: dict, plan, head_runs: list[SuiteRun], head_resul
     known, runs, infos = {}, {}, {}
     for head_run in head_runs:
         key = (head_run.suite.name, head_run.target)
-        base_run = replace(head_run, build=base_build, phase="base", node_ids=(),
+        # leave_out=(): a whole merge-base run is cached as whole, so it runs every test
+        base_run = replace(head_run, build=base_build, phase="base", node_ids=(), leave_out=(),
                            budget_seconds=None, budget_paths=(),
                            paths=tuple(p for p in head_run.paths if (Path(base_build.package_dir) / p).exists()))
         known[key] = cache = load(ws, base_run, plan)

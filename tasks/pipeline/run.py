@@ -119,6 +119,7 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
     # what earlier runs on these compiled parts showed this worker cannot run (unrunnable.py)
     head_choice = choices[plan.head]
     lessons_key = unrunnable.identity(head_choice.source, head_choice.release, head_choice.native_key)
+    cannot_run = unrunnable.load(ws.data_dir, lessons_key) if ws.use_cache else {}
     if "selected" in plan.suites:
         progress("selecting tests (import graph of head) ...")
         graph = select.import_graph(ws.repo, plan.head, ws.data_dir, ws.use_cache)
@@ -131,7 +132,7 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
         plan.selected, plan.left_out = select.select_tests(
             graph, plan.changed_files, tables, fixed, durations.load(ws.data_dir) if ws.use_cache else None,
             symbols=symbols, evidence=evidence,
-            host=_host(options, unrunnable.load(ws.data_dir, lessons_key) if ws.use_cache else {}))
+            host=_host(options, cannot_run))
         plan.notes += evidence.notes()
         plan.budget_seconds = tables.selection.budget_seconds
         progress(f"selected {len(plan.selected)} test(s): {', '.join(s.path for s in plan.selected) or '-'}")
@@ -166,7 +167,7 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
             durations.record(ws.data_dir, results, whole_files=whole, process_seconds=seconds)
 
     # 1. head, every planned suite (pytest suites sharing a process)
-    head_runs, not_run_results = _head_runs(ws, tables, plan, targets, head_build, options, progress)
+    head_runs, not_run_results = _head_runs(ws, tables, plan, targets, head_build, options, progress, cannot_run)
     head_results = []
     for target in targets.values():
         runs = [r for r in head_runs if r.target == target.name]
@@ -224,10 +225,12 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
     verdicts = compare.decide(base_idx, head_idx, failures, retried, complete, base_broken=broken,
                               base_failures=base_failures)
     if ws.use_cache and not broken:  # a broken merge base makes every verdict environment: nothing to learn
-        learnt = unrunnable.learn(ws.data_dir, lessons_key, head_results, verdicts, plan.merge_base)
+        pytest_suites = frozenset(s for s in plan.suites if tables.suites[s].kind in ("pytest", "selected"))
+        learnt = unrunnable.learn(ws.data_dir, lessons_key, head_results, verdicts, plan.merge_base,
+                                  pytest_suites=pytest_suites)
         if learnt:
-            progress(f"learnt: {len(learnt)} selected test(s) cannot run on these compiled parts "
-                     f"({', '.join(sorted(learnt))}); later selections leave them out")
+            progress(f"learnt: {len(learnt)} test(s) cannot run on these compiled parts "
+                     f"({', '.join(sorted(learnt))}); later runs leave them out")
     regions = suspects.changed_regions(ws.repo, plan.merge_base, plan.head, plan.changed_files)
     for verdict in verdicts:
         key = (verdict.suite, verdict.target, verdict.test)
@@ -366,9 +369,12 @@ def _host(options: TriageOptions, cannot_run: dict[str, str]) -> select.Host:
     return select.Host(qnn_sdk=qnn_sdk, has_module=lambda name: True, cannot_run=cannot_run)
 
 
-def _head_runs(ws, tables, plan, targets, head_build, options, progress):
-    """The head's SuiteRuns for every planned suite and target, and the not-run results."""
+def _head_runs(ws, tables, plan, targets, head_build, options, progress, cannot_run=None):
+    """The head's SuiteRuns for every planned suite and target, and the not-run results.
+    `cannot_run`: what this worker learnt it cannot run (unrunnable.py); a fixed pytest suite
+    leaves those of its tests out, saying so in the plan's notes."""
     runs, not_run_results = [], []
+    changed = {p for f in plan.changed_files for p in filter(None, (f.path, f.old_path))}
     for suite_name in plan.suites:
         suite = tables.suites[suite_name]
         runnable = [t for t in targets.values() if suite.kind in t.spec.suite_kinds
@@ -391,13 +397,18 @@ def _head_runs(ws, tables, plan, targets, head_build, options, progress):
         if suite.kind == "cxx":  # the C++ tests of the directories the change touched
             paths = tuple(p for f in plan.changed_files for p in filter(None, (f.path, f.old_path)))
         safety = tables.selection.budget_seconds * tables.selection.wall_limit_factor
+        left = unrunnable.leave_out(cannot_run or {}, suite.paths, changed) if suite.kind == "pytest" else {}
+        if left:
+            first = sorted(left)[0]
+            plan.notes.append(f"{suite.name}: {len(left)} test(s) not run on this worker, which learnt it cannot "
+                              f"run them (`{first}`{' and others' if len(left) > 1 else ''}: {left[first]})")
         for target in runnable:
             run = SuiteRun(suite, head_build, target.name, ws.run_dir, options.python, paths,
                            timeout=options.suite_timeout,
                            budget_seconds=safety if selected else None,
                            budget_paths=tuple(dict.fromkeys(p.split("::", 1)[0] for p in paths)),
                            order=paths if selected else (), coverage=selected and options.coverage,
-                           sandbox=ws.sandbox)
+                           sandbox=ws.sandbox, leave_out=tuple(sorted(left)))
             ok, reason = target.available()
             if not ok:
                 not_run_results.append(not_run(run, reason))

@@ -39,6 +39,7 @@ class SuiteRun:
     python: str = sys.executable
     paths: tuple[str, ...] = ()  # overrides suite.paths (the `selected` suite)
     node_ids: tuple[str, ...] = ()  # only these tests (retries)
+    leave_out: tuple[str, ...] = ()  # pytest: not these (learnt: they cannot run here)
     timeout: float = 1800
     values: dict[str, str] = field(default_factory=dict)  # extra command placeholders
     attempt: int = 0
@@ -85,6 +86,8 @@ def pytest_command(run: SuiteRun, junit: Path) -> list[str]:
         config["budget"] = {"seconds": run.budget_seconds, "paths": list(run.budget_paths)}
     if run.order:
         config["order"] = list(run.order)
+    if run.leave_out:
+        config["leave_out"] = sorted(run.leave_out)
     (junit.parent / RECORD).unlink(missing_ok=True)  # not an earlier attempt's
     config["record"] = str(junit.parent / RECORD)
     config["coverage"] = run.coverage

@@ -1,13 +1,15 @@
-"""Tests this worker cannot run, learned from its own runs: selection leaves them out.
+"""Tests this worker cannot run, learned from its own runs: selection and the fixed suites leave
+them out.
 
-A selected test judged `environment` at head (a backend the runtime lacks, a package missing at
-both sides), or a selected test file that could not even be collected at head nor at the merge
-base, cannot catch a regression on this worker. Running it again spends the selection's budget
-that a test able to fail for the change could use, and puts the same entry on every pull
-request. So it is remembered, per environment (`identity`: the compiled parts the run used), for
-EXPIRY_DAYS, then tried once more. Selection leaves out a file none of whose tests can run and
-runs the others of a file by node id; a change that edits the file runs it whatever was learnt,
-and a run in which the test passes forgets it.
+A test judged `environment` at head (a backend the runtime lacks, a package missing at both
+sides), or a selected test file that could not even be collected at head nor at the merge base,
+cannot catch a regression on this worker. Running it again spends the selection's budget that a
+test able to fail for the change could use, and puts the same entry on every pull request. So it
+is remembered, per environment (`identity`: the compiled parts the run used), for EXPIRY_DAYS,
+then tried once more. Selection leaves out a file none of whose tests can run and runs the others
+of a file by node id; a fixed pytest suite deselects the tests learnt of its files (`leave_out`;
+only node ids: a fixed suite's file is never left out whole). A change that edits the file runs
+it whatever was learnt, and a run in which the test passes forgets it.
 
 Stored in <data_dir>/unrunnable.json, written atomically (concurrent runs may lose each other's
 latest entries, never corrupt the file):
@@ -25,7 +27,7 @@ from tasks.records import SuiteResult, Verdict
 
 FILE = "unrunnable.json"
 EXPIRY_DAYS = 7
-SUITE = "selected"  # only tests chosen for a change; the fixed suites always run
+SUITE = "selected"  # the tests chosen for a change: a whole file of them may be learnt
 MAX_WHY = 200
 
 
@@ -63,18 +65,33 @@ def _file(test: str) -> str:
     return test.split("::", 1)[0]
 
 
-def lessons(head_results: list[SuiteResult], verdicts: list[Verdict]) -> tuple[dict[str, str], set[str]]:
-    """(what cannot run here -> why, the tests that passed) from one run at head. What cannot run:
-    a selected test judged `environment` (its node id), and a selected file that failed at
-    collection at head and at the merge base alike (the file: none of its tests can run)."""
-    passed = {t.test for suite in head_results if suite.suite == SUITE for t in suite.tests if t.outcome == "passed"}
+def lessons(head_results: list[SuiteResult], verdicts: list[Verdict],
+            pytest_suites: frozenset[str] = frozenset({SUITE})) -> tuple[dict[str, str], set[str]]:
+    """(what cannot run here -> why, the tests that passed) from one run at head of the pytest
+    suites named. What cannot run: a test judged `environment` (its node id), and a selected file
+    that failed at collection at head and at the merge base alike (the file: none of its tests
+    can run; a fixed suite's file always runs)."""
+    suites = set(pytest_suites) | {SUITE}
+    passed = {t.test for suite in head_results if suite.suite in suites for t in suite.tests if t.outcome == "passed"}
     out = {}
     for v in verdicts:
-        if v.suite != SUITE or not _file(v.test).endswith(".py"):
-            continue  # a fixed suite, or a crashed suite's pseudo-test
-        if v.verdict == "environment" or (v.verdict == "pre_existing" and "::" not in v.test):
+        if v.suite not in suites or not _file(v.test).endswith(".py"):
+            continue  # not a pytest suite, or a crashed suite's pseudo-test
+        whole_file = "::" not in v.test
+        if (v.verdict == "environment" and (v.suite == SUITE or not whole_file)
+                or v.verdict == "pre_existing" and whole_file and v.suite == SUITE):
             out[v.test] = _why(v)
     return out, passed
+
+
+def leave_out(cannot_run: dict[str, str], paths: tuple[str, ...], changed: set[str]) -> dict[str, str]:
+    """The learnt node ids (-> why) a fixed suite of these `paths` (files or folders) deselects:
+    not those of a file the change edits."""
+    def under(file: str) -> bool:
+        return any(file == p or file.startswith(p.rstrip("/") + "/") for p in paths)
+
+    return {t: why for t, why in cannot_run.items()
+            if "::" in t and under(_file(t)) and _file(t) not in changed}
 
 
 def _why(v: Verdict) -> str:
@@ -89,11 +106,12 @@ def _why(v: Verdict) -> str:
 
 
 def learn(data_dir: Path, ident: str, head_results: list[SuiteResult], verdicts: list[Verdict],
-          merge_base: str, now: float | None = None) -> dict[str, str]:
+          merge_base: str, now: float | None = None,
+          pytest_suites: frozenset[str] = frozenset({SUITE})) -> dict[str, str]:
     """Fold one run in: remember what could not run here, forget what passed. Returns what it
     learnt (node id or file -> why)."""
     now = time.time() if now is None else now
-    learnt, passed = lessons(head_results, verdicts)
+    learnt, passed = lessons(head_results, verdicts, pytest_suites)
     data = _read(data_dir)
     entries = data.get(ident) if isinstance(data.get(ident), dict) else {}
     forget = passed | {_file(t) for t in passed}  # a test that passed, and its file, can run here

@@ -1,4 +1,5 @@
-"""The pytest plugin loaded into suite runs: `only` (merge-base runs, retries) and the time budget."""
+"""The pytest plugin loaded into suite runs: `only` (merge-base runs, retries), `leave_out` (tests
+learnt not to run here) and the time budget."""
 from __future__ import annotations
 
 import json
@@ -13,6 +14,7 @@ from tasks.pipeline.suites import PLUGIN_DIR
 CASES = [
     # config, expected {test id: outcome}
     ({"only": ["a/test_a.py::test_one", "a/test_a.py::test_missing_here"]}, {"a/test_a.py::test_one": "passed"}),
+    ({"leave_out": ["a/test_a.py::test_two", "a/test_a.py::test_missing_here"]}, {"a/test_a.py::test_one": "passed"}),
     # budget already spent (negative): every test of the budgeted file is skipped, others run
     ({"budget": {"seconds": -1, "paths": ["a/test_b.py"]}},
      {"a/test_a.py::test_one": "passed", "a/test_a.py::test_two": "passed", "a/test_b.py::test_three": "skipped"}),
@@ -21,7 +23,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("config,expected", CASES, ids=["only", "over-budget", "within-budget"])
+@pytest.mark.parametrize("config,expected", CASES, ids=["only", "leave-out", "over-budget", "within-budget"])
 def test_plugin_filters_and_budgets(tmp_path, config, expected):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "test_a.py").write_text("def test_one():\n    pass\n\ndef test_two():\n    pass\n")

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 
 import pytest
 
 from tasks import records
 from tasks.pipeline import select, unrunnable
 from tasks.pipeline.run import TriageOptions, triage
-from tasks.pipeline.tables import load_tables
+from tasks.pipeline.tables import DEFAULT_DIR, load_tables
 from tasks.records import ChangedFile, SuiteResult, Verdict
 from triage_rules.records import Failure
 
@@ -57,9 +58,24 @@ def test_what_the_change_may_cause_teaches_nothing(verdict):
     assert unrunnable.lessons(head, [_verdict(f"{RPC}::T::test_a", verdict)]) == ({}, set())
 
 
-def test_the_fixed_suites_teach_nothing():
-    head = [_result({f"{RPC}::T::test_a": "failed"}, suite="multi_method")]
-    assert unrunnable.lessons(head, [_verdict(f"{RPC}::T::test_a", "environment", suite="multi_method")])[0] == {}
+def test_a_fixed_pytest_suite_teaches_its_tests_never_a_whole_file():
+    head = [_result({f"{RPC}::T::test_a": "failed", f"{RPC}::T::test_b": "passed", ATEN: "error"}, suite="mm")]
+    verdicts = [_verdict(f"{RPC}::T::test_a", "environment", suite="mm"),
+                _verdict(ATEN, "pre_existing", suite="mm"), _verdict(ATEN, "environment", suite="mm")]
+    assert unrunnable.lessons(head, verdicts)[0] == {}  # not named a pytest suite (a probe suite, say)
+    learnt, passed = unrunnable.lessons(head, verdicts, frozenset({"mm"}))
+    assert set(learnt) == {f"{RPC}::T::test_a"} and passed == {f"{RPC}::T::test_b"}
+
+
+def test_a_fixed_suite_leaves_out_the_learnt_tests_of_its_files_unless_the_change_edits_them():
+    cannot_run = {f"{RPC}::T::test_a": "why a", f"{PASSES}::T::test_c": "why c", ATEN: "why file",
+                  "exir/backend/test/demos/rpc/test_rpc_other.py::T::test_d": "why d"}
+    assert unrunnable.leave_out(cannot_run, (RPC,), set()) == {f"{RPC}::T::test_a": "why a"}
+    assert set(unrunnable.leave_out(cannot_run, ("exir/backend/test/demos/",), set())) == {
+        f"{RPC}::T::test_a", "exir/backend/test/demos/rpc/test_rpc_other.py::T::test_d"}  # never a whole file
+    assert unrunnable.leave_out(cannot_run, ("exir/backend/test/demos/rpc/",), {RPC}) == {
+        "exir/backend/test/demos/rpc/test_rpc_other.py::T::test_d": "why d"}
+    assert unrunnable.leave_out(cannot_run, ("exir/backend/test/demos/rp",), set()) == {}  # a folder, not a prefix
 
 
 def test_a_lesson_holds_for_its_compiled_parts_for_a_week_and_a_pass_forgets_it(tmp_path):
@@ -155,3 +171,43 @@ def test_test_files_failing_for_the_environment_run_once_then_their_budget_goes_
     assert left[ATEN].why == "needs" and "could not be collected at either side" in left[ATEN].reason
     assert "No module named 'executorch.extension.pybindings.aten_lib'" in left[ATEN].reason
     assert {s.path.split("::")[0] for s in second.plan.selected} - ran  # the budget went to other relevant tests
+
+
+@pytest.mark.executorch
+def test_a_fixed_suite_runs_its_tests_that_cannot_run_here_once_then_leaves_them_out(et_repo, tmp_path):
+    """A fixed pytest suite over `test_rpc.py` (a copy of the bundled tables with one suite more):
+    two of its tests delegate to `ExecutorBackend`, which the wheel's runtime does not register.
+    The first triage judges them environment and learns; the second deselects them, says so in
+    its notes, and still runs the third."""
+    tables_dir = tmp_path / "tables"
+    shutil.copytree(DEFAULT_DIR, tables_dir)
+    suites = (tables_dir / "suites.yaml").read_text()
+    (tables_dir / "suites.yaml").write_text(suites.replace("\nselection:", f"""
+  rpc_demo:
+    description: "the RPC delegate demo"
+    kind: pytest
+    backends: [portable, xnnpack]
+    paths: [{RPC}]
+    estimated_seconds: 10
+
+selection:""", 1))
+    head = et_repo.branch("touch-rpc-partitioner-fixed", edit=lambda repo: (
+        repo / "exir/backend/test/demos/rpc/executor_backend_partitioner.py").write_text(
+        (repo / "exir/backend/test/demos/rpc/executor_backend_partitioner.py").read_text() + "\n# touched\n"))
+    options = TriageOptions(repo=et_repo.path, base="main", head=head, data_dir=tmp_path / "data",
+                            suites=["rpc_demo"], tables_dir=tables_dir)
+    messages = []
+    first = triage(options, progress=messages.append)
+    env = sorted(v.test for v in first.results if v.verdict == "environment")
+    assert len(env) == 2 and all(t.startswith(RPC + "::") for t in env), first.results
+    assert not [v for v in first.results if v.verdict == "new"]
+    assert any(m.startswith("learnt: 2 test(s)") for m in messages), messages
+
+    second = triage(options)
+    assert second.results == [], second.results
+    [ran] = [r for r in second.suites if r.suite == "rpc_demo"]
+    assert [(t.test, t.outcome) for t in ran.tests if t.test.startswith(RPC)] == [
+        (t, "passed") for t in sorted({t.test for r in first.suites for t in r.tests} - set(env))]
+    [note] = [n for n in second.plan.notes if n.startswith("rpc_demo: ")]
+    assert note.startswith(f"rpc_demo: 2 test(s) not run on this worker, which learnt it cannot run them (`{env[0]}`")
+    assert "ExecutorBackend is not registered" in note

@@ -6,6 +6,8 @@ The run's JSON config file is named by ETRIAGE_PYTEST_CONFIG:
 
     {"only": [node ids]}        keep only these tests (base runs of head's failures, retries);
                                 an id that does not exist here is simply not collected
+    {"leave_out": [node ids]}   deselect these (a fixed suite's tests this worker learnt it
+                                cannot run, tasks/pipeline/unrunnable.py)
     {"order": [node ids or files]}
                                 run in this order (the selection's rank): a test named here
                                 before a file named here, the rest in collection order after
@@ -86,6 +88,12 @@ def pytest_collection_modifyitems(session, config, items):
         if deselected:
             config.hook.pytest_deselected(items=deselected)
         items[:] = [i for i in items if i.nodeid in keep]
+    leave_out = set(_state.get("leave_out") or ())
+    if leave_out:
+        deselected = [i for i in items if i.nodeid in leave_out]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+        items[:] = [i for i in items if i.nodeid not in leave_out]
     order = _state.get("order")
     if order:
         rank = {name: i for i, name in enumerate(order)}
