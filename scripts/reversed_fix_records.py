@@ -21,10 +21,22 @@ cannot be undone this way and makes no record.
 The record's source is the fix's pull request (or its commit). A fix whose pull request or
 commit the evaluation split mentions anywhere (a record of its commit message, a cherry-pick of
 it) makes no record: the split stays unseen.
+
+    .venv/bin/python scripts/reversed_fix_records.py --repo PATH --later [--since v1.4.1] [--until main]
+
+`--later`: the fixes made after the installed release, which the release still lacks. Their
+tests, as the fix commit has them, are written over the installed test files for the run (and
+put back after it); the release as installed is the broken side, and the fix applied to it (the
+hunks that apply, swapped in the same way) the fixed side. A test counts when it fails as
+installed and passes with the fix: the release's own bug, shown by the upstream test that
+caught it. A test that needs more of the later tree than the fix fails on both sides and counts
+for nothing. Written to generated/later_fixes_of_executorch.jsonl.
 """
 from __future__ import annotations
 
 import argparse
+import ast
+import contextlib
 import re
 import subprocess
 import sys
@@ -42,6 +54,7 @@ from mutant_records import (AREAS, excerpt_of, in_child_pytest, load_executorch,
 from triage_rules.roots import shape  # noqa: E402
 
 OUT = REPO / "tests" / "engine" / "corpus" / "generated" / "reversed_fixes_of_executorch.jsonl"
+LATER_OUT = REPO / "tests" / "engine" / "corpus" / "generated" / "later_fixes_of_executorch.jsonl"
 EVAL = REPO / "tests" / "engine" / "corpus" / "eval.jsonl"
 PER_COMMIT = 3  # records of one fix at most, each a different message shape
 CHILD_TIMEOUT = 600
@@ -116,28 +129,68 @@ def fixes(repo: Path, since: str, until: str, installed: Path) -> list[Fix]:
 def undone(repo: Path, fix: Fix, installed: Path, scratch: Path) -> dict[str, str]:
     """{package-relative path: the installed source with what still applies of the fix's diff
     reversed}, for each of its area modules where any hunk of it does."""
+    return _patched(repo, fix, installed, scratch, reverse=True)
+
+
+def applied(repo: Path, fix: Fix, installed: Path, scratch: Path) -> dict[str, str]:
+    """{package-relative path: the installed source with what applies of a later fix's diff
+    applied}, for each of its area modules where any hunk of it does."""
+    return _patched(repo, fix, installed, scratch, reverse=False)
+
+
+def _patched(repo: Path, fix: Fix, installed: Path, scratch: Path, *, reverse: bool) -> dict[str, str]:
     out = {}
     for path in fix.sources:
-        work = scratch / "undo"
+        work = scratch / ("undo" if reverse else "apply")
         (work / path).parent.mkdir(parents=True, exist_ok=True)
         original = (installed / path).read_text(encoding="utf-8")
         (work / path).write_text(original, encoding="utf-8")
         patch = scratch / "fix.patch"
         patch.write_text(git(repo, "diff", f"{fix.sha}^", fix.sha, "--", path), encoding="utf-8")
-        # the hunks that still apply (--reject leaves the rest): the run decides whether what
-        # was undone brings the bug back (a test that passes with the fix fails without it)
-        subprocess.run(["git", "apply", "-R", "--recount", "--reject", "-C1", str(patch)], cwd=work,
-                       capture_output=True, text=True)
+        # the hunks that still apply (--reject leaves the rest): the run decides whether that
+        # brought the bug back, or fixed it (a test that passes with the fix, fails without)
+        subprocess.run(["git", "apply", *(["-R"] if reverse else []), "--recount", "--reject", "-C1", str(patch)],
+                       cwd=work, capture_output=True, text=True)
         if not (work / path).exists():
-            continue  # the fix created the module: nothing to swap back
+            continue  # the fix created or deleted the module: nothing to swap
         if (work / path).read_text(encoding="utf-8") != original:
             out[path] = (work / path).read_text(encoding="utf-8")
     return out
 
 
-def failures(fix: Fix, files: dict[str, str], installed: Path, scratch: Path) -> dict | None:
-    """Run the fix's tests with `files` swapped in (none: the release as installed)."""
+@contextlib.contextmanager
+def tests_of(repo: Path, fix: Fix, installed: Path):
+    """The fix's test files as its commit has them, written over the installed ones for the
+    duration (a later fix's tests are not in the release), put back afterwards whatever happens."""
+    saved = {path: (installed / path).read_bytes() for path in fix.tests}
+    try:
+        for path in fix.tests:
+            (installed / path).write_bytes(subprocess.run(["git", "-C", str(repo), "show", f"{fix.sha}:{path}"],
+                                                          capture_output=True, check=True).stdout)
+        yield
+    finally:
+        for path, data in saved.items():
+            (installed / path).write_bytes(data)
+
+
+def define_missing(module, filename: str, source: str) -> int:
+    """Define in `module` the top-level functions and classes of `source` it lacks (a later fix's
+    new helpers, which the swapped functions call by name); how many."""
+    added = 0
+    for statement in ast.parse(source, filename).body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+                and statement.name not in vars(module):
+            exec(compile(ast.Module([statement], type_ignores=[]), filename, "exec"), vars(module))  # noqa: S102
+            added += 1
+    return added
+
+
+def failures(fix: Fix, files: dict[str, str], installed: Path, scratch: Path, define_new: bool = False) -> dict | None:
+    """Run the fix's tests with `files` swapped in (none: the release as installed); with
+    `define_new`, the top-level functions and classes the installed modules lack defined first."""
     def work():
+        for p, text in files.items() if define_new else ():
+            define_missing(sys.modules["executorch." + p[:-3].replace("/", ".")], str(installed / p), text)
         swapped = sum(patch_module(str(installed / p), (installed / p).read_text(encoding="utf-8"), text)
                       for p, text in files.items())
         if files and not swapped:
@@ -166,23 +219,26 @@ def in_evaluation_split(fix: Fix, split: str) -> bool:
     return fix.sha[:10] in split or bool(pr and re.search(rf"(#|/pull/){pr.group(1)}\b", split))
 
 
-def records_of(repo: Path, fix: Fix, installed: Path, version: str) -> tuple[list[dict], str]:
+def records_of(repo: Path, fix: Fix, installed: Path, version: str, later: bool = False) -> tuple[list[dict], str]:
     if in_evaluation_split(fix, EVAL.read_text(encoding="utf-8")):
         return [], "the evaluation split holds its thread"
     with tempfile.TemporaryDirectory(prefix="etriage-reversed-") as scratch_dir:
         scratch = Path(scratch_dir)
-        files = undone(repo, fix, installed, scratch)
+        files = (applied if later else undone)(repo, fix, installed, scratch)
         if not files:
-            return [], "none of its hunks applies any more"
+            return [], "none of its hunks applies" + ("" if later else " any more")
         for path in files:  # the parent holds every module the child will swap
             import_module("executorch." + path[:-3].replace("/", "."))
-        base = failures(fix, {}, installed, scratch)
-        broken = failures(fix, files, installed, scratch)
-    if base is None or broken is None:
+        with tests_of(repo, fix, installed) if later else contextlib.nullcontext():
+            as_installed = failures(fix, {}, installed, scratch)
+            swapped = failures(fix, files, installed, scratch, define_new=later)
+    if as_installed is None or swapped is None:
         return [], "a run crashed or hung"
-    if not broken["swapped"]:
+    if not swapped["swapped"]:
         return [], "no function changed (top-level statements only)"
-    failing = {f["nodeid"] for f in base["failed"]}
+    # the broken side's failures that the fixed side does not have
+    broken, fixed = (as_installed, swapped) if later else (swapped, as_installed)
+    failing = {f["nodeid"] for f in fixed["failed"]}
     out, shapes = [], set()
     for failure in broken["failed"]:
         if failure["nodeid"] in failing or len(out) >= PER_COMMIT:
@@ -192,35 +248,48 @@ def records_of(repo: Path, fix: Fix, installed: Path, version: str) -> tuple[lis
             continue
         shapes.add(shape(excerpt[1]))
         test = failure["nodeid"].rsplit("::", 1)[-1]
+        if later:
+            origin = "generated: ExecuTorch's own tests of a later upstream fix, on the release before it"
+            how = (f"commit {fix.sha[:12]} \"{fix.subject}\", later than the installed executorch {version}: "
+                   f"its tests run on that release, {failure['nodeid']} failed so (it passes with the fix applied "
+                   f"to executorch/{', executorch/'.join(files)}; --later)")
+        else:
+            origin = "generated: ExecuTorch's own tests with an upstream fix undone"
+            how = (f"commit {fix.sha[:12]} \"{fix.subject}\" reversed on "
+                   f"executorch/{', executorch/'.join(files)} of the installed executorch {version}; "
+                   f"{failure['nodeid']} failed so (it passes with the fix)")
         out.append({
-            "id": f"gen-reversed-{fix.sha[:10]}-{test}"[:120],
-            "source": source_of(fix),
-            "origin": "generated: ExecuTorch's own tests with an upstream fix undone",
+            "id": f"gen-{'later' if later else 'reversed'}-{fix.sha[:10]}-{test}"[:120],
+            "source": source_of(fix), "origin": origin,
             "excerpt": excerpt[0], "failure_line": excerpt[1], "category": fix.category,
-            "note": (f"scripts/reversed_fix_records.py: commit {fix.sha[:12]} \"{fix.subject}\" reversed on "
-                     f"executorch/{', executorch/'.join(files)} of the installed executorch {version}; "
-                     f"{failure['nodeid']} failed so (it passes with the fix)"),
+            "note": f"scripts/reversed_fix_records.py: {how}",
         })
-    return out, f"{len(broken['failed'])} failed with the fix undone, {len(failing)} without"
+    return out, (f"{len(broken['failed'])} failed on the broken side, {len(fixed['failed'])} on the fixed side")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", type=Path, required=True, help="a clone of pytorch/executorch")
-    parser.add_argument("--since", default="v0.6.0")
-    parser.add_argument("--until", default="v1.4.1", help="the installed release's tag")
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--later", action="store_true",
+                        help="the fixes after the installed release: their tests on the release as installed")
+    parser.add_argument("--since", default=None, help="default: v0.6.0 (with --later: the installed release's tag)")
+    parser.add_argument("--until", default=None, help="default: the installed release's tag (with --later: main)")
+    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     installed, version = load_executorch()
+    release = f"v{version.split('+')[0]}"
+    since = args.since or (release if args.later else "v0.6.0")
+    until = args.until or ("main" if args.later else release)
     records: list[dict] = []
-    found = fixes(args.repo, args.since, args.until, installed)
-    print(f"{len(found)} fix(es) with an area and a test in the wheel", flush=True)
+    found = fixes(args.repo, since, until, installed)
+    print(f"{len(found)} fix(es) in {since}..{until} with an area and a test in the wheel", flush=True)
     for fix in found:
-        made, why = records_of(args.repo, fix, installed, version)
+        made, why = records_of(args.repo, fix, installed, version, later=args.later)
         print(f"  {fix.sha[:10]} {fix.category:22} {len(made)} record(s): {why} | {fix.subject[:70]}", flush=True)
         records += made
-    write_records(records, args.out)
+    write_records(records, args.out or (LATER_OUT if args.later else OUT))
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

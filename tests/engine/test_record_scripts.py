@@ -2,7 +2,8 @@
 scripts/reversed_fix_records.py), on a small package and a small git history of their own:
 a mutant swapped into a running process, its test failing in a forked pytest, the printed
 traceback turned into a record the corpus loader accepts; which commits count as fixes of
-which area, and undoing one on the installed file."""
+which area, undoing one on the installed file, and (--later) applying a fix the release lacks,
+its tests standing over the installed ones only for the run, its new helpers defined."""
 from __future__ import annotations
 
 import dataclasses
@@ -268,3 +269,35 @@ def test_a_fix_quoted_by_the_evaluation_split_makes_no_record(history):
     assert reversed_fixes.in_evaluation_split(found, f'"note": "cherry-pick of {found.sha[:10]}"')
     assert reversed_fixes.in_evaluation_split(found, "(#12345)")
     assert not reversed_fixes.in_evaluation_split(found, "pull/123456 and #1234")
+
+
+def test_a_later_fix_applied_on_the_installed_file_and_its_tests_put_back_afterwards(history, tmp_path):
+    """--later: the release lacks the fix. Applied, it gives the fixed module; its tests as the
+    fix commit has them stand over the installed ones for the run only, even when it fails."""
+    repo, _, start, _ = history
+    installed = tmp_path / "installed"
+    (installed / "exir" / "backend" / "test").mkdir(parents=True)
+    buggy = _git(repo, "show", f"{start}:exir/backend/utils.py")
+    (installed / "exir" / "backend" / "utils.py").write_text(buggy)
+    old_test = _git(repo, "show", f"{start}:exir/backend/test/test_utils.py")
+    (installed / "exir" / "backend" / "test" / "test_utils.py").write_text(old_test)
+    [found] = reversed_fixes.fixes(repo, start, "HEAD", installed)
+    assert reversed_fixes.applied(repo, found, installed, tmp_path / "scratch") == {
+        "exir/backend/utils.py": buggy.replace("return out[1:]", "return out")}
+    test_file = installed / "exir" / "backend" / "test" / "test_utils.py"
+    with pytest.raises(RuntimeError, match="the run failed"):
+        with reversed_fixes.tests_of(repo, found, installed):
+            assert "def test_tags_kept" in test_file.read_text()  # the fix's test, for the run
+            raise RuntimeError("the run failed")
+    assert test_file.read_text() == old_test
+
+
+def test_a_later_fixs_new_helpers_are_defined_for_the_functions_that_call_them():
+    module = type(sys)("fake_module")
+    exec("def tag(nodes):\n    return list(nodes)[1:]\n", vars(module))
+    later = ("import os\n\n\ndef _keep(nodes):\n    return list(nodes)\n\n\n"
+             "def tag(nodes):\n    return _keep(nodes)\n\n\nclass Tagger:\n    pass\n")
+    assert reversed_fixes.define_missing(module, "fake_module.py", later) == 2  # _keep and Tagger, not tag
+    assert module._keep([1, 2]) == [1, 2] and isinstance(module.Tagger(), module.Tagger)
+    assert module.tag([1, 2]) == [2]  # the existing function is swapped by patch_module, not here
+    assert "os" not in vars(module)  # top-level statements other than definitions are not run
