@@ -87,6 +87,9 @@ class SshTransport:
         except paramiko.SSHException as error:
             kind = "host_key" if "known_hosts" in str(error) else "protocol"
             raise self._fault(kind, f"ssh {host} port {port}: {error}") from None
+        except EOFError:  # accepted, then closed before the ssh banner (a dying or busy sshd)
+            raise self._fault("protocol", f"ssh {host} port {port}: the connection was closed "
+                                          "during the ssh handshake") from None
         except OSError as error:
             raise self._fault("unreachable", f"ssh: connect to host {host} port {port}: {error}") from None
         self.client = client

@@ -3,6 +3,9 @@ push, run, pull, clean up; and each fault made for real and named as the device'
 from __future__ import annotations
 
 import os
+import re
+import socket
+import struct
 import threading
 import time
 
@@ -45,10 +48,38 @@ def test_environment_reaches_the_program(sshd):
 
 def test_stopped_sshd_is_connection_refused(sshd):
     sshd.stop()
-    with pytest.raises(DeviceFault) as caught:
-        SshTransport(sshd.device(), sshd.options).connect()
+    # the port stays bound (never listening) here, so no other test's sshd is given it (ports
+    # come from binding port 0, which skips a bound one); one started on the freed port answered
+    # instead once (paramiko's EOFError, below). SO_REUSEADDR: the port's closed connections wait
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", sshd.port))
+        with pytest.raises(DeviceFault) as caught:
+            SshTransport(sshd.device(), sshd.options).connect()
     assert caught.value.kind == "refused" and caught.value.retryable
     assert "loop-1" in str(caught.value) and "Connection refused" in str(caught.value)
+
+
+def test_a_port_that_accepts_and_closes_at_once_is_a_protocol_fault(sshd):
+    """Something accepts on the device's port and closes before the ssh banner (an sshd dying,
+    or over its MaxStartups): a retryable device fault, never paramiko's bare EOFError."""
+    sshd.stop()
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", sshd.port))
+        listener.listen()
+
+        def accept_and_close():  # with a reset: paramiko then fails writing its banner (EOFError)
+            conn, _ = listener.accept()   # or reading the server's (SSHException), as the race goes
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+        closer = threading.Thread(target=accept_and_close, daemon=True)
+        closer.start()
+        with pytest.raises(DeviceFault) as caught:
+            SshTransport(sshd.device(), sshd.options).connect()
+        closer.join(timeout=10)
+    assert caught.value.kind == "protocol" and caught.value.retryable
+    assert re.search(r"closed during the ssh handshake|Error reading SSH protocol banner", str(caught.value))
 
 
 def test_changed_host_key_is_refused_and_not_retried(sshd):
