@@ -23,6 +23,7 @@ from triage_rules.fingerprint import fingerprint
 from triage_rules.junit import read_junit
 from triage_rules.model import default_model, fields_of, opinions
 from triage_rules.scorer import Scorer
+from triage_rules.testnames import test_names, without_names
 from triage_rules.readers import LogReadError, check_path, clean_line, iter_blocks_of_text, iter_text_blocks
 from triage_rules.records import CATEGORIES, Failure
 from triage_rules.rules import Subject, default_rules, match_rules, owners_of
@@ -214,9 +215,10 @@ def apply_rules(failure: Failure, evidence: tuple[str, ...] = (), job_name: str 
     failure's own lines say only something generic (no rule, a weak one, or one below
     NEARBY_BELOW: a crash, a bare exception, "a test failed"), the lines around it (`nearby`)
     may name what broke: a specific rule that knows one of them reads the failure instead."""
+    names = test_names(failure.test or "", failure.line, *evidence)
     subject = Subject(
-        primary=failure.line,
-        lines=evidence,
+        primary=without_names(failure.line, names),
+        lines=tuple(without_names(line, names) for line in evidence),
         message=failure.message,
         exception=failure.exception or "",
         test=failure.test or "",
@@ -228,7 +230,7 @@ def apply_rules(failure: Failure, evidence: tuple[str, ...] = (), job_name: str 
     if nearby and (found is None or found.rule.strength == "weak" or found.rule.priority < NEARBY_BELOW):
         floor = -1 if found is None else found.rule.priority
         wider = match_rules([r for r in rules if r.priority > floor and r.strength != "weak"],
-                            replace(subject, lines=(*evidence, *nearby)))
+                            replace(subject, lines=(*subject.lines, *(without_names(line, names) for line in nearby))))
         found = wider or found
     values = _template_values(failure)
     if found is None:

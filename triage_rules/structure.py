@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from triage_rules.records import CATEGORIES, Failure
+from triage_rules.testnames import is_test_file, test_names, without_names
 
 STRUCTURE_FILE = Path(__file__).with_name("structure.yaml")
 WHERE = ("frames", "text", "any")
@@ -47,9 +48,12 @@ def signals() -> tuple[Signal, ...]:
 
 
 def found_in(failure: Failure) -> list[str]:
-    """The ids of the signals this failure shows, in the table's order."""
-    frames = " ".join(f"{f.file} {f.function}" for f in failure.frames)
-    text = "\n".join([failure.line, failure.message, *failure.context, *failure.evidence])[:MAX_TEXT]
+    """The ids of the signals this failure shows, in the table's order; never in the failing
+    test's own names nor its test files' frames (testnames.py: the test's area is weighed apart)."""
+    lines = [failure.line, failure.message, *failure.context, *failure.evidence]
+    names = test_names(failure.test or "", *lines)
+    frames = " ".join(f"{f.file} {f.function}" for f in failure.frames if not is_test_file(f.file))
+    text = "\n".join(without_names(line, names) for line in lines)[:MAX_TEXT]
     found = []
     for signal in signals():
         where = {"frames": frames, "text": text, "any": f"{frames}\n{text}"}[signal.where]
