@@ -36,12 +36,20 @@ def test_a_test_is_named_by_its_node_id_file_class_and_function_never_by_its_fol
     assert is_test_file("a/b/test_x.py") and is_test_file("x_test.py") and not is_test_file("a/testing.py")
 
 
-def test_an_import_error_in_a_mutable_buffer_test_is_not_read_as_a_buffer_mutation_lost():
+def test_an_import_error_in_a_mutable_buffer_test_is_an_import_error():
+    """Neither a buffer mutation lost (the test's name in the summary line) nor the test's area
+    (decide.SETUP_CATEGORIES: the test failed before reaching what it guards)."""
     [failure] = classify_text(_log("ModuleNotFoundError: No module named 'executorch.backends.foo'"))
-    assert failure.rule != "mb-mutation-lost" and "graph signature" not in failure.title
-    assert failure.decided_by == "test-area" and failure.category == "mutable_buffer"  # the area, said once
-    assert any("the failing test guards mutable_buffer" in line for line in failure.decision)
+    assert failure.rule == "env-import-name" and failure.category == "import_or_env", failure.decision
+    assert "graph signature" not in failure.title
+    assert not any("the failing test guards" in line for line in failure.decision)
     assert "buffer_mutation" not in found_in(failure)
+
+
+def test_a_generic_failure_in_a_mutable_buffer_test_is_the_tests_area_said_once():
+    [failure] = classify_text(_log("AssertionError: assert 2 == 3"))
+    assert failure.category == "mutable_buffer" and failure.rule != "mb-mutation-lost", failure.decision
+    assert any("the failing test guards mutable_buffer" in line for line in failure.decision)
 
 
 def test_the_failures_own_words_still_name_the_mechanism():
