@@ -45,7 +45,7 @@ def test_names(test: str, *lines: str) -> tuple[str, ...]:
 def without_names(line: str, names: tuple[str, ...]) -> str:
     """`line` with the failing test's names replaced by `<test>`: rules read what failed, not
     what the test is called (`test_create_mutable_buffer_x` failing on an import is no buffer
-    mutation lost); the test's area is the structure's evidence (structure.py), weighed apart."""
+    mutation lost); the test's area is weighed apart, once (decide.AREA_WEIGHT)."""
     for name in names:
         if name in line:
             line = line.replace(name, "<test>")
