@@ -36,9 +36,6 @@ MODEL_FLOOR = 0.0  # the model overrules a weak rule whenever it leans elsewhere
 OTHER_FLOOR = 0.4
 ENVIRONMENT_FLOOR = 0.6  # a model-decided infrastructure category blames the environment above this
 AREA_WEIGHT = 0.5
-# what a failing test's area does not re-read: the test failed before reaching its subject
-SETUP_CATEGORIES = frozenset({"import_or_env", "build_failure", "lint", "ci_infra", "device_infra",
-                              "qnn_sdk_or_toolchain"})
 STRUCTURE_WEIGHT = 0.4  # a structural signal's category (structure.yaml `points_to`)
 # Below this (calibrated) confidence, or with the runner-up's score this close, the verdict
 # names both categories and labels nothing (a label also needs records.LABEL_CONFIDENCE).
@@ -102,9 +99,9 @@ def decide(failure: Failure, opinion: Opinion | None, calibrate: bool = True) ->
     read = {c: v for c, v in pointed.items()
             if strength == "strong" and c != failure.category and _read_by_rule(v[1], failure.line)}
     pointed = {c: v for c, v in pointed.items() if c not in read}
-    # nor is a failure a specific rule reads as the test's setup failing (an import, the build,
-    # the toolchain, the CI or the device): the test never reached what it guards
-    setup = strength == "strong" and failure.category in SETUP_CATEGORIES
+    # nor is a failure a specific rule reads as the test's setup failing (categories.yaml `setup`:
+    # an import, the build, the toolchain, the CI or the device): the test never reached what it guards
+    setup = strength == "strong" and bool(category_texts()[failure.category].get("setup"))
     guarded = None if failure.environment or setup else guarded_area(failure.test or "")
     evidence = [f"rule `{failure.rule}` ({strength}, weight {WEIGHT.get(strength, 1.0):.1f}) says {failure.category}"]
     if pointed:

@@ -374,7 +374,7 @@ def _head_runs(ws, tables, plan, targets, head_build, options, progress, cannot_
     `cannot_run`: what this worker learnt it cannot run (unrunnable.py); a fixed pytest suite
     leaves those of its tests out, saying so in the plan's notes."""
     runs, not_run_results = [], []
-    changed = {p for f in plan.changed_files for p in filter(None, (f.path, f.old_path))}
+    touched = tuple(p for f in plan.changed_files for p in filter(None, (f.path, f.old_path)))
     for suite_name in plan.suites:
         suite = tables.suites[suite_name]
         runnable = [t for t in targets.values() if suite.kind in t.spec.suite_kinds
@@ -395,11 +395,11 @@ def _head_runs(ws, tables, plan, targets, head_build, options, progress, cannot_
         selected = suite.kind == "selected"
         paths = tuple(s.path for s in plan.selected) if selected else ()
         if suite.kind == "cxx":  # the C++ tests of the directories the change touched
-            paths = tuple(p for f in plan.changed_files for p in filter(None, (f.path, f.old_path)))
+            paths = touched
         safety = tables.selection.budget_seconds * tables.selection.wall_limit_factor
-        left = unrunnable.leave_out(cannot_run or {}, suite.paths, changed) if suite.kind == "pytest" else {}
+        left = unrunnable.leave_out(cannot_run or {}, suite.paths, set(touched)) if suite.kind == "pytest" else {}
         if left:
-            first = sorted(left)[0]
+            first = min(left)
             plan.notes.append(f"{suite.name}: {len(left)} test(s) not run on this worker, which learnt it cannot "
                               f"run them (`{first}`{' and others' if len(left) > 1 else ''}: {left[first]})")
         for target in runnable:

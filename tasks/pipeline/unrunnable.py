@@ -66,7 +66,7 @@ def _file(test: str) -> str:
 
 
 def lessons(head_results: list[SuiteResult], verdicts: list[Verdict],
-            pytest_suites: frozenset[str] = frozenset({SUITE})) -> tuple[dict[str, str], set[str]]:
+            pytest_suites: frozenset[str] = frozenset()) -> tuple[dict[str, str], set[str]]:
     """(what cannot run here -> why, the tests that passed) from one run at head of the pytest
     suites named. What cannot run: a test judged `environment` (its node id), and a selected file
     that failed at collection at head and at the merge base alike (the file: none of its tests
@@ -107,7 +107,7 @@ def _why(v: Verdict) -> str:
 
 def learn(data_dir: Path, ident: str, head_results: list[SuiteResult], verdicts: list[Verdict],
           merge_base: str, now: float | None = None,
-          pytest_suites: frozenset[str] = frozenset({SUITE})) -> dict[str, str]:
+          pytest_suites: frozenset[str] = frozenset()) -> dict[str, str]:
     """Fold one run in: remember what could not run here, forget what passed. Returns what it
     learnt (node id or file -> why)."""
     now = time.time() if now is None else now

@@ -38,7 +38,7 @@ def test_a_test_is_named_by_its_node_id_file_class_and_function_never_by_its_fol
 
 def test_an_import_error_in_a_mutable_buffer_test_is_an_import_error():
     """Neither a buffer mutation lost (the test's name in the summary line) nor the test's area
-    (decide.SETUP_CATEGORIES: the test failed before reaching what it guards)."""
+    (categories.yaml `setup`: the test failed before reaching what it guards)."""
     [failure] = classify_text(_log("ModuleNotFoundError: No module named 'executorch.backends.foo'"))
     assert failure.rule == "env-import-name" and failure.category == "import_or_env", failure.decision
     assert "graph signature" not in failure.title
