@@ -50,6 +50,12 @@ TEST = ("exir/backend/test/test_to_backend_multi_method.py::TestToBackendMultiMe
     ("'executorch.backends.xnnpack.test.test_xnnpack_utils.randomize_bn' imported but unused", [], []),
     ("ValueError: bad node", [Frame("backends/vulkan/partitioner/vulkan_partitioner.py", 3, "is_node_supported")],
      ["partitioner"]),
+    # a method other than `forward` named where it is loaded or run: a program with several methods
+    ("RuntimeError: Failed to load method forward_32, error: 0x:23", [], ["named_method"]),
+    ("RuntimeError: Method text_decoder missing fallback kernels (2 total):", [], ["named_method"]),
+    ('program.load_method("prefill")', [], ["named_method"]),
+    ("RuntimeError: Failed to load method forward, error: 0x:14", [], []),
+    ("[method.cpp:1397] CALL_DELEGATE execute failed at instruction 0: 0x1", [], []),
 ])
 def test_signals_are_read_from_frames_and_the_objects_named(line, frames, expected):
     failure = Failure(line=line, line_no=1, message=line, frames=frames)
