@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from tasks import environments
+from tasks.environments import torchpin
 from tasks.pipeline import base, compare, coverage_map, durations, gitio, select, suspects, treepaths, unrunnable
 from tasks.pipeline.build import Workspace, build_commit, compiled_choices
 from tasks.pipeline.gitio import GitError
@@ -118,7 +120,9 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
         return _environment_failed(plan, build, "head", start)
     # what earlier runs on these compiled parts showed this worker cannot run (unrunnable.py)
     head_choice = choices[plan.head]
-    lessons_key = unrunnable.identity(head_choice.source, head_choice.release, head_choice.native_key)
+    torch_pin, _ = torchpin.read_pin(ws.repo, plan.head, environments.table().torch_pins)
+    lessons_key = unrunnable.identity(head_choice.source, head_choice.release, head_choice.native_key,
+                                      torch_pin, unrunnable.packages_of(Path(ws.installed).parent))
     cannot_run = unrunnable.load(ws.data_dir, lessons_key) if ws.use_cache else {}
     if "selected" in plan.suites:
         progress("selecting tests (import graph of head) ...")

@@ -5,9 +5,9 @@ A test judged `environment` at head (a backend the runtime lacks, a package miss
 sides), or a selected test file that could not even be collected at head nor at the merge base,
 cannot catch a regression on this worker. Running it again spends the selection's budget that a
 test able to fail for the change could use, and puts the same entry on every pull request. So it
-is remembered, per environment (`identity`: the compiled parts the run used), for EXPIRY_DAYS,
-then tried once more. Selection leaves out a file none of whose tests can run and runs the others
-of a file by node id; a fixed pytest suite deselects the tests learnt of its files (`leave_out`;
+is remembered, per environment (`identity`: the compiled parts the run used, the torch the commit
+pins and the worker's installed packages), for EXPIRY_DAYS, then tried once more. Selection
+leaves out a file none of whose tests can run and runs the others of a file by node id; a fixed pytest suite deselects the tests learnt of its files (`leave_out`;
 only node ids: a fixed suite's file is never left out whole). A change that edits the file runs
 it whatever was learnt, and a run in which the test passes forgets it.
 
@@ -18,9 +18,11 @@ latest entries, never corrupt the file):
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
+from importlib import metadata
 from pathlib import Path
 
 from tasks.records import SuiteResult, Verdict
@@ -31,10 +33,20 @@ SUITE = "selected"  # the tests chosen for a change: a whole file of them may be
 MAX_WHY = 200
 
 
-def identity(source: str, release: str, native_key: str) -> str:
+def identity(source: str, release: str, native_key: str, torch: str = "", packages: str = "") -> str:
     """The environment a lesson holds for: where its compiled parts came from (wheel, registry,
-    built) and which (release, native key). Another environment learns for itself."""
-    return f"{source}:{release or '-'}:{native_key[:16] or '-'}"
+    built) and which (release, native key); the torch the commit pins; the worker's installed
+    Python packages (`packages_of`). Another environment learns for itself: a package installed
+    or upgraded on the worker, or a new torch pin, tries again what the old one taught."""
+    return f"{source}:{release or '-'}:{native_key[:16] or '-'}:{torch or '-'}:{packages[:16] or '-'}"
+
+
+def packages_of(site_packages: Path) -> str:
+    """A digest of the distributions installed in `site_packages` (each `name==version`), the
+    packages a test of this worker imports beside the commit's tree; "" when none is readable."""
+    names = sorted({f"{(d.metadata['Name'] or '').lower()}=={d.version}"
+                    for d in metadata.distributions(path=[str(site_packages)])})
+    return hashlib.sha256("\n".join(names).encode()).hexdigest() if names else ""
 
 
 def _read(data_dir: Path) -> dict:

@@ -93,6 +93,36 @@ def test_a_lesson_holds_for_its_compiled_parts_for_a_week_and_a_pass_forgets_it(
     assert unrunnable.load(tmp_path, WHEEL, now=1_000_200) == {}
 
 
+def _dist(site, name: str, version: str) -> None:
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+def test_a_package_installed_or_upgraded_on_the_worker_or_another_torch_pin_tries_again(tmp_path):
+    """A lesson "needs tosa_serializer" holds until the worker has it: another set of installed
+    packages, or a commit pinning another torch, is another environment, which learns for itself."""
+    site = tmp_path / "site-packages"
+    _dist(site, "torch", "2.13.0")
+    before = unrunnable.packages_of(site)
+    assert before == unrunnable.packages_of(site)  # the same packages, the same digest
+    key = unrunnable.identity("wheel", "1.4.1", "ab" * 32, "2.13.0", before)
+    unrunnable.learn(tmp_path, key, [_result({f"{RPC}::T::test_a": "failed"})],
+                     [_verdict(f"{RPC}::T::test_a", "environment")], "m" * 40, now=1_000_000)
+    assert list(unrunnable.load(tmp_path, key, now=1_000_100)) == [f"{RPC}::T::test_a"]
+    _dist(site, "tosa_serializer", "1.0")  # the operator installs what the test needed
+    installed = unrunnable.packages_of(site)
+    assert installed != before
+    assert unrunnable.load(tmp_path, unrunnable.identity("wheel", "1.4.1", "ab" * 32, "2.13.0", installed),
+                           now=1_000_100) == {}
+    shutil.rmtree(site / "torch-2.13.0.dist-info")
+    _dist(site, "torch", "2.14.0")  # an upgrade is another environment too
+    assert unrunnable.packages_of(site) not in (before, installed)
+    assert unrunnable.load(tmp_path, unrunnable.identity("wheel", "1.4.1", "ab" * 32, "2.14.0", before),
+                           now=1_000_100) == {}
+    assert unrunnable.packages_of(tmp_path / "nowhere") == ""
+
+
 def test_a_damaged_store_is_no_lesson_and_the_next_run_rewrites_it(tmp_path):
     (tmp_path / unrunnable.FILE).write_text("{not json")
     assert unrunnable.load(tmp_path, WHEEL) == {}
