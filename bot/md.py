@@ -34,7 +34,9 @@ JOINER = "\u2060"  # WORD JOINER: invisible, and no GitHub login or issue number
 _FOLD = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]+")
 _BLOCK_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x85\u2028\u2029]")
 _ALWAYS = frozenset("\\`*[]~|$")  # open inline markdown anywhere (`!` and `(` need a `[`)
-_LEADING = re.compile(r"^(\s*)([-+=]|\d{1,9}[.)])")  # a list or setext marker, were it a line's start
+# a list or setext marker, were it a line's start: "-", "+", "=", or "1." / "1)" followed by a space or
+# nothing (CommonMark's ordered list marker; "1.4.1" is no list and reads as it is)
+_LEADING = re.compile(r"^(\s*)([-+=]|\d{1,9}[.)](?=\s|$))")
 _ENTITIES = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
 INLINE_LIMIT = 300
 BLOCK_LIMIT = 4000

@@ -120,6 +120,22 @@ def test_hostile_text_stays_text(context, name):
     assert page.mentions() == []
 
 
+@pytest.mark.parametrize("value", ["1. one", "1.", "12) twelve", "- dash", "+ plus", "---"])
+def test_text_at_the_start_of_our_list_item_opens_no_list_of_its_own(value):
+    """A value that starts our own list item (a note, a reason) never nests a list or a rule."""
+    page = Html(render(f"- {md.text(value)}\n- next"))
+    assert page.tags.count("ul") == 1 and page.tags.count("li") == 2
+    assert "ol" not in page.tags and "hr" not in page.tags
+
+
+@pytest.mark.parametrize("value", ["1.4.1", "2.13.0+cpu", "3.11", "0x1f"])
+def test_a_version_reads_as_it_is(value):
+    """Only a real list marker ("1. ", "1)" at the end) is escaped: a version number is left alone."""
+    assert md.text(value) == value
+    page = Html(render(f"- {md.text(value)}"))
+    assert "".join(page.outside_code).strip() == value and "ol" not in page.tags
+
+
 @pytest.mark.parametrize("name", list(HOSTILE))
 def test_code_keeps_the_text_whole_on_one_line(name):
     value = HOSTILE[name]
