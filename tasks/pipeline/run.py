@@ -118,7 +118,7 @@ def _triage_in(ws: Workspace, tables: Tables, plan, options, classify, progress,
         build = BuildResult(status="environment", kind="environment", commit=plan.head,
                             reason=f"could not read the commits' native sources: {error}")
         return _environment_failed(plan, build, "head", start)
-    # what earlier runs on these compiled parts showed this worker cannot run (unrunnable.py)
+    # what earlier runs in this environment showed this worker cannot run (unrunnable.py)
     head_choice = choices[plan.head]
     torch_pin, _ = torchpin.read_pin(ws.repo, plan.head, environments.table().torch_pins)
     lessons_key = unrunnable.identity(head_choice.source, head_choice.release, head_choice.native_key,

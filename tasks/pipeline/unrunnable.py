@@ -7,9 +7,10 @@ cannot catch a regression on this worker. Running it again spends the selection'
 test able to fail for the change could use, and puts the same entry on every pull request. So it
 is remembered, per environment (`identity`: the compiled parts the run used, the torch the commit
 pins and the worker's installed packages), for EXPIRY_DAYS, then tried once more. Selection
-leaves out a file none of whose tests can run and runs the others of a file by node id; a fixed pytest suite deselects the tests learnt of its files (`leave_out`;
-only node ids: a fixed suite's file is never left out whole). A change that edits the file runs
-it whatever was learnt, and a run in which the test passes forgets it.
+leaves out a file none of whose tests can run and runs the others of a file by node id; a fixed
+pytest suite deselects the tests learnt of its files (`leave_out`; only node ids: a fixed suite's
+file is never left out whole). A change that edits the file runs it whatever was learnt, and a run
+in which the test passes forgets it.
 
 Stored in <data_dir>/unrunnable.json, written atomically (concurrent runs may lose each other's
 latest entries, never corrupt the file):

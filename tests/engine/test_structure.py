@@ -55,6 +55,7 @@ TEST = ("exir/backend/test/test_to_backend_multi_method.py::TestToBackendMultiMe
     ("RuntimeError: Method text_decoder missing fallback kernels (2 total):", [], ["named_method"]),
     ('program.load_method("prefill")', [], ["named_method"]),
     ("RuntimeError: Failed to load method forward, error: 0x:14", [], []),
+    ("DeprecationWarning: the method get_item is deprecated, use in_place_op", [], []),
     ("[method.cpp:1397] CALL_DELEGATE execute failed at instruction 0: 0x1", [], []),
 ])
 def test_signals_are_read_from_frames_and_the_objects_named(line, frames, expected):
