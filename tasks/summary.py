@@ -134,6 +134,8 @@ def ci_section(report: CiReport) -> tuple[str, list[Entry]]:
         lines.append(f"- **{NUMBER}.** {icon} **{md.text(verdict.verdict.replace('_', '-'), 40)}** · "
                      f"{verdict.category_words} · job {md.code(verdict.suite, 120)} · {what}{where}")
         lines.append(f"  {md.code(failure.line.strip(), 240)}")
+        if failure.raised():  # the line is the test's section header: what it raised, beside it
+            lines.append(f"  raised {md.code(failure.raised(), 240)}")
         if verdict.verdict == "environment":
             lines.append("  The environment (runner, SDK, device or infrastructure) failed, "
                          "not this change.")

@@ -82,6 +82,49 @@ def test_a_wrapper_line_beside_the_real_error_leaves_the_real_error_to_speak():
     assert verdicts and all(v.verdict == "new" for v in verdicts)
 
 
+SECTION_LOG = """=================================== FAILURES ===================================
+_____ TestToBackendMultiMethod.test_multi_method_to_backend_two_methods ______
+
+    def test_multi_method_to_backend_two_methods(self):
+>       lowered = to_backend(MethodProgramsPartitionerSpec(edge_programs, partitioners))
+
+exir/backend/test/test_to_backend_multi_method.py:212:
+exir/backend/utils.py:455: in _unsafe_adjust_original_program
+    original_program._validate()
+E   torch._export.verifier.SpecViolationError: call_module is not valid: got a class 'fused_first_tag1'
+
+exir/verification/verifier.py:139: SpecViolationError
+"""
+
+
+def test_a_pytest_log_without_its_summary_line_shows_what_the_test_raised_beside_its_header():
+    """Dr. CI's classifier (and the engine) read such a log at the test's section header, which
+    names the test but not the error: the entry shows what it raised too."""
+    [verdict] = ci(SECTION_LOG)
+    assert verdict.failure.line.startswith("_____ TestToBackendMultiMethod")
+    section = render_ci_section(CiReport(head="a" * 40, merge_base="b" * 40, merge_base_exact=True,
+                                         jobs=[JOB["name"]], results=[verdict]))
+    assert ("  raised `torch._export.verifier.SpecViolationError: call_module is not valid: got a class "
+            "'fused_first_tag1'`") in section
+    # a summary line says it itself: nothing more is shown
+    [summary] = ci("FAILED exir/backend/test/test_x.py::T::test_a - AssertionError: 3 != 4\n")
+    assert summary.failure.raised() == ""
+    assert "raised" not in render_ci_section(CiReport(head="a" * 40, merge_base="b" * 40, merge_base_exact=True,
+                                                      jobs=[JOB["name"]], results=[summary]))
+
+
+@pytest.mark.parametrize("line, raised", [
+    ("____ test_x ____", "ValueError: bad `x`"),
+    ("FAIL: test_two (exir.tests.T)", "ValueError: bad `x`"),
+    ("ValueError: bad `x`", ""),  # the line says it
+])
+def test_what_a_failure_raised_is_shown_only_beside_a_section_header(line, raised):
+    from triage_rules.records import Failure
+    failure = Failure(line=line, line_no=1, exception="ValueError", message="bad\n`x`")
+    assert failure.raised() == raised
+    assert Failure(line=line, line_no=1, message="bad").raised() == ""  # nothing raised is known
+
+
 def test_a_new_verdict_never_carries_the_environment_categorys_excuse():
     # a model that leans to ci_infra, not surely enough to blame the environment (decide.ENVIRONMENT_FLOOR)
     [failure] = engine_classify("ValueError: bad cache index\n", use_model=False)
