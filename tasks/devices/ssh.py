@@ -87,7 +87,10 @@ class SshTransport:
         except paramiko.SSHException as error:
             kind = "host_key" if "known_hosts" in str(error) else "protocol"
             raise self._fault(kind, f"ssh {host} port {port}: {error}") from None
-        except EOFError:  # accepted, then closed before the ssh banner (a dying or busy sshd)
+        except (EOFError, ConnectionResetError, ConnectionAbortedError, BrokenPipeError):
+            # accepted, then closed or reset before the ssh banner (a dying or busy sshd): which
+            # of these paramiko raises depends on whether the reset meets its write or its read;
+            # a connection never made is NoValidConnectionsError or a timeout, above
             raise self._fault("protocol", f"ssh {host} port {port}: the connection was closed "
                                           "during the ssh handshake") from None
         except OSError as error:

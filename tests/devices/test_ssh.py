@@ -82,6 +82,27 @@ def test_a_port_that_accepts_and_closes_at_once_is_a_protocol_fault(sshd):
     assert re.search(r"closed during the ssh handshake|Error reading SSH protocol banner", str(caught.value))
 
 
+@pytest.mark.parametrize("error, kind", [
+    (ConnectionResetError(104, "Connection reset by peer"), "protocol"),
+    (BrokenPipeError(32, "Broken pipe"), "protocol"),
+    (ConnectionAbortedError(103, "Software caused connection abort"), "protocol"),
+    (EOFError(), "protocol"),
+    (OSError(113, "No route to host"), "unreachable"),
+])
+def test_which_error_the_handshake_race_surfaces_as_is_the_same_fault(sshd, monkeypatch, error, kind):
+    """The race above surfaces, by timing, as EOFError, SSHException or the socket's own reset
+    error (paramiko's transport thread keeps a socket error as it is): a reset after the
+    connection was made is a protocol fault, whichever; only a connection never made is
+    unreachable. Here each error is raised where paramiko raises it (a fresh clone met the
+    ConnectionResetError once in the real race: `unreachable`, before)."""
+    def connect(*args, **kwargs):
+        raise error
+    monkeypatch.setattr("paramiko.SSHClient.connect", connect)
+    with pytest.raises(DeviceFault) as caught:
+        SshTransport(sshd.device(), sshd.options).connect()
+    assert caught.value.kind == kind and caught.value.retryable
+
+
 def test_changed_host_key_is_refused_and_not_retried(sshd):
     sshd.new_host_key()
     with pytest.raises(DeviceFault) as caught:
