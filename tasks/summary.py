@@ -16,6 +16,7 @@ from bot.github_client import SUMMARY_MARKER
 from tasks.pipeline.compare import by_root, spread
 from tasks.pipeline.report import entry_of
 from tasks.records import CiReport
+from triage_rules.linekinds import raised
 from triage_rules.records import dump, load
 
 VERDICT_ICONS = {"new": "❌", "pre_existing": "⚪", "flaky": "🔁", "environment": "🛠️",
@@ -134,8 +135,8 @@ def ci_section(report: CiReport) -> tuple[str, list[Entry]]:
         lines.append(f"- **{NUMBER}.** {icon} **{md.text(verdict.verdict.replace('_', '-'), 40)}** · "
                      f"{verdict.category_words} · job {md.code(verdict.suite, 120)} · {what}{where}")
         lines.append(f"  {md.code(failure.line.strip(), 240)}")
-        if failure.raised():  # the line is the test's section header: what it raised, beside it
-            lines.append(f"  raised {md.code(failure.raised(), 240)}")
+        if said := raised(failure):  # the line is the test's section header: what it raised, beside it
+            lines.append(f"  raised {md.code(said, 240)}")
         if verdict.verdict == "environment":
             lines.append("  The environment (runner, SDK, device or infrastructure) failed, "
                          "not this change.")

@@ -291,3 +291,19 @@ def _build(kind: str, score: int, match: re.Match[str], stripped: str) -> LineIn
             message = f"{message} [{errors.describe(code)}]"
     sets_test = kind in ("pytest_section", "unittest_header")
     return LineInfo(kind, score, test, exception, message, frame, sets_test=sets_test)
+
+
+MAX_RAISED = 300
+
+
+def raised(failure) -> str:
+    """`exception: message` when the failure's primary line is its test's section header
+    (`pytest_section`, `unittest_header`): Dr. CI's classifier marks that line in a pytest log
+    without its summary line, and so does the engine, but it names the test, not the error, so
+    the reports show what was raised beside it. "" otherwise, or when nothing raised is known."""
+    message = " ".join(failure.message.split())
+    line = failure.line.strip()
+    if not failure.exception or not message or not any(
+            _KIND_INDEX[kind][0].match(line) for kind in ("pytest_section", "unittest_header")):
+        return ""
+    return f"{failure.exception}: {message}"[:MAX_RAISED]

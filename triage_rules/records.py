@@ -7,7 +7,6 @@ etriage (this layer is the lowest, so the pipeline's and the service's records u
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass, field, fields, is_dataclass
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
@@ -34,11 +33,6 @@ CATEGORIES: tuple[str, ...] = (
 # With calibration.yaml's steps (0.908, 0.975, ...), the 0.908 step is right 91% of the time:
 # at 0.95, 36.5% of the training part's records are labelled at 98.5% (at 0.9: 48.9% at 96.5%).
 LABEL_CONFIDENCE = 0.95
-# A test's section header (pytest's `____ test_x ____`, unittest's `FAIL: test_x (...)`): names
-# the test, not its error. Dr. CI's own log classifier marks it as a pytest log's failure line
-# when the log has no summary line, and so does the engine; the error is shown beside it.
-SECTION_HEADER = re.compile(r"^\s*_{3,} .+ _{3,}\s*$|^\s*(?:FAIL|ERROR): \w")
-MAX_RAISED = 300
 
 
 @dataclass(frozen=True)
@@ -90,14 +84,6 @@ class Failure:
     # [category, runner-up] when the two are close or the confidence is low: the report says
     # "X or Y, unsure" and no label is applied; empty when the engine is sure.
     unsure: list[str] = field(default_factory=list)
-
-    def raised(self) -> str:
-        """`exception: message` when the primary line is a test's section header, which does not
-        say what broke (`SECTION_HEADER`); "" otherwise, or when nothing raised is known."""
-        message = " ".join(self.message.split())
-        if not self.exception or not message or not SECTION_HEADER.match(self.line):
-            return ""
-        return f"{self.exception}: {message}"[:MAX_RAISED]
 
     def to_dict(self) -> dict:
         return dump(self)

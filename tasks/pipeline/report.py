@@ -14,6 +14,7 @@ from tasks.pipeline.compare import by_root, spread
 from tasks.pipeline.matrix import matrix
 from tasks.probes import standalone
 from tasks.records import Report, Verdict
+from triage_rules.linekinds import raised
 from triage_rules.records import Failure, dump
 
 
@@ -67,8 +68,8 @@ def _section(group: list[Verdict], h: str) -> list[str]:
            if failure.decided_by else f" (rule {md.code(failure.rule, 80)})" if failure.rule else "")
     lines.append(f"- **Category:** {first.category_words}{how}")
     lines.append(f"- **Primary line:** {md.code(failure.line.strip())}")
-    if failure.raised():  # the line is the test's section header: what it raised, beside it
-        lines.append(f"- **Raised:** {md.code(failure.raised())}")
+    if said := raised(failure):  # the line is the test's section header: what it raised, beside it
+        lines.append(f"- **Raised:** {md.code(said)}")
     if failure.explanation:
         lines.append(f"- **Why:** {md.prose(failure.explanation)}")
     if failure.suggestion:
@@ -329,8 +330,8 @@ def _numbered_new(group: list[Verdict], entry: Entry) -> list[str]:
     lines = [f"**{NUMBER}.** {md.text(entry.title, 120)} · {first.category_words}{how} · "
              f"{md.text(spread(group), 80)}{evidence}",
              f"- {md.code(first.primary_line.strip(), 240)}"]
-    if failure.raised():  # the line is the test's section header: what it raised, beside it
-        lines.append(f"- Raised: {md.code(failure.raised(), 240)}")
+    if said := raised(failure):  # the line is the test's section header: what it raised, beside it
+        lines.append(f"- Raised: {md.code(said, 240)}")
     tests = list(dict.fromkeys(f"{md.code(v.test, 120)} ({md.text(v.target, 40)})" for v in group))
     lines.append("- Tests: " + ", ".join(tests[:3]) + (f" and {len(tests) - 3} more" if len(tests) > 3 else ""))
     if first.suspects:

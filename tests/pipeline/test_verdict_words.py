@@ -15,6 +15,7 @@ from tasks.records import TestResult as Outcome
 from tasks.summary import render_ci_section
 from triage_rules import classify_text
 from triage_rules.engine import classify_text as engine_classify
+from triage_rules.linekinds import raised
 from triage_rules.decide import decide
 from triage_rules.scorer import Opinion
 from triage_rules.records import CATEGORIES
@@ -108,21 +109,21 @@ def test_a_pytest_log_without_its_summary_line_shows_what_the_test_raised_beside
             "'fused_first_tag1'`") in section
     # a summary line says it itself: nothing more is shown
     [summary] = ci("FAILED exir/backend/test/test_x.py::T::test_a - AssertionError: 3 != 4\n")
-    assert summary.failure.raised() == ""
+    assert raised(summary.failure) == ""
     assert "raised" not in render_ci_section(CiReport(head="a" * 40, merge_base="b" * 40, merge_base_exact=True,
                                                       jobs=[JOB["name"]], results=[summary]))
 
 
-@pytest.mark.parametrize("line, raised", [
+@pytest.mark.parametrize("line, said", [
     ("____ test_x ____", "ValueError: bad `x`"),
     ("FAIL: test_two (exir.tests.T)", "ValueError: bad `x`"),
     ("ValueError: bad `x`", ""),  # the line says it
 ])
-def test_what_a_failure_raised_is_shown_only_beside_a_section_header(line, raised):
+def test_what_a_failure_raised_is_shown_only_beside_a_section_header(line, said):
     from triage_rules.records import Failure
     failure = Failure(line=line, line_no=1, exception="ValueError", message="bad\n`x`")
-    assert failure.raised() == raised
-    assert Failure(line=line, line_no=1, message="bad").raised() == ""  # nothing raised is known
+    assert raised(failure) == said
+    assert raised(Failure(line=line, line_no=1, message="bad")) == ""  # nothing raised is known
 
 
 def test_a_new_verdict_never_carries_the_environment_categorys_excuse():
