@@ -23,6 +23,8 @@ command -v ccache >/dev/null 2>&1 || want+=(ccache)
 # ExecuTorch's own C++ tests (suite cxx_tests): googletest's sources and headers from Debian.
 [ -f /usr/src/googletest/CMakeLists.txt ] || want+=(libgtest-dev)
 [ -f /usr/include/gmock/gmock.h ] || want+=(libgmock-dev)
+# The tests' PostgreSQL when none runs on 127.0.0.1:5432: a private server from Debian's binaries.
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || want+=(postgresql)
 # The dashboard's browser tests: Debian's headless Chromium (no browser download).
 command -v chromium >/dev/null 2>&1 || want+=(chromium)
 # Device targets: a real OpenSSH server for the ssh target, adb for Android, an emulated arm64

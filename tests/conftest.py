@@ -97,18 +97,31 @@ def redis_url():
 
 @pytest.fixture(scope="session")
 def postgres_url():
-    """PostgreSQL for tests: $ETRIAGE_TEST_POSTGRES_URL, else the local trust-auth server if up."""
+    """A real PostgreSQL: $ETRIAGE_TEST_POSTGRES_URL, else the local trust-auth server if up, else
+    a private server of this session from Debian's binaries (tests/private_postgres.py), as
+    `redis_url` starts its own Redis. ETRIAGE_TEST_POSTGRES=private skips the local server."""
     import os
     import socket
 
+    from tests.private_postgres import private_postgres, server_binaries
+
     url = os.environ.get("ETRIAGE_TEST_POSTGRES_URL")
     if url:
-        return url
-    try:
-        socket.create_connection(("127.0.0.1", 5432), timeout=0.5).close()
-    except OSError:
-        pytest.skip("no PostgreSQL on 127.0.0.1:5432 and ETRIAGE_TEST_POSTGRES_URL unset")
-    return "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+        yield url
+        return
+    if os.environ.get("ETRIAGE_TEST_POSTGRES") != "private":
+        try:
+            socket.create_connection(("127.0.0.1", 5432), timeout=0.5).close()
+            yield "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+            return
+        except OSError:
+            pass
+    binaries = server_binaries()
+    if binaries is None:
+        pytest.skip("no PostgreSQL on 127.0.0.1:5432, none installed to start (scripts/system-deps.sh "
+                    "installs Debian's postgresql) and ETRIAGE_TEST_POSTGRES_URL unset")
+    with private_postgres(binaries) as private:
+        yield private
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """The Store on SQLite and on PostgreSQL (a table prefix per test, dropped afterwards)."""
 from __future__ import annotations
 
+import socket
 import uuid
 from datetime import timedelta
 
@@ -186,3 +187,22 @@ def test_githubs_64_bit_ids_are_stored_whole(store):
     store.update_run(run_id, check_run_id=38_518_772_331, comment_id=2_498_120_456)
     run = store.run(run_id)
     assert (run["check_run_id"], run["comment_id"]) == (38_518_772_331, 2_498_120_456)
+
+
+def test_without_a_postgresql_server_the_tests_start_their_own(tmp_path):
+    """A fresh machine has no server on 5432: `postgres_url` then starts a private one from
+    Debian's binaries (tests/private_postgres.py), so the PostgreSQL tests run there too; it is
+    gone afterwards."""
+    from tests.private_postgres import private_postgres, server_binaries
+
+    binaries = server_binaries()
+    assert binaries is not None, "scripts/system-deps.sh installs Debian's postgresql"
+    with private_postgres(binaries) as url:
+        assert ":5432/" not in url
+        db = Store(url, prefix="private_")
+        db.record_results("o/r", "h1", [Outcome(suite="probe", test="t::a", target="host", outcome="failed")])
+        assert [r["outcome"] for r in db.results_for("o/r", "h1")] == ["failed"]
+        db.drop_all()
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
