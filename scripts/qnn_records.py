@@ -180,8 +180,8 @@ def lower_and_run(name: str) -> dict:
     return {"stage": stage, "traceback": lines, "native": log.errors}
 
 
-def coverage(name: str, builders: str) -> dict:
-    """Lines of the builders' files that lowering `name` ran (unmutated), and its result."""
+def traced(run, wanted) -> dict:
+    """`run()`'s result and the lines it ran of the files `wanted(filename)` accepts."""
     covered: dict[str, set[int]] = {}
 
     def local(frame, event, arg):
@@ -190,14 +190,19 @@ def coverage(name: str, builders: str) -> dict:
         return local
 
     def tracer(frame, event, arg):
-        return local if frame.f_code.co_filename.startswith(builders) else None
+        return local if wanted(frame.f_code.co_filename) else None
 
     sys.settrace(tracer)
     try:
-        result = lower_and_run(name)
+        result = run()
     finally:
         sys.settrace(None)
     return {"result": result, "covered": {f: sorted(lines) for f, lines in covered.items()}}
+
+
+def coverage(name: str, builders: str) -> dict:
+    """Lines of the builders' files that lowering `name` ran (unmutated), and its result."""
+    return traced(lambda: lower_and_run(name), lambda filename: filename.startswith(builders))
 
 
 # -- excerpts ---------------------------------------------------------------------------------
@@ -419,12 +424,18 @@ def main() -> int:
     records = sdk_records(installed, version, args.sdk_case) if "sdk" in parts else []
     if "builders" in parts:
         records += builder_records(args.per_module, args.seed, installed, version, args.module, args.model)
+    write_unseen(records, args.out)
+    return 0
+
+
+def write_unseen(records: list[dict], out: Path) -> list[dict]:
+    """The records less any of the evaluation split's threads, written to `out`."""
     held_out = {r.thread for r in load_corpus(EVAL_FILE)}
     kept = [r for r in records if thread_of(r["source"]) not in held_out]
     if len(kept) < len(records):
         print(f"{len(records) - len(kept)} record(s) of the evaluation split's threads dropped", flush=True)
-    write_records(kept, args.out)
-    return 0
+    write_records(kept, out)
+    return kept
 
 
 if __name__ == "__main__":

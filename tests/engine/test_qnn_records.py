@@ -3,7 +3,6 @@ lines and the traceback, and, on the provisioned QNN libraries, a real mutant of
 lowered to HTP and a real lowering against a broken copy of the SDK."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,26 +12,14 @@ from pathlib import Path
 import pytest
 
 from tasks.qnn import sdk
+from tests.engine.record_scripts import PROVISIONED_QNN, load_script, needs_provisioned_qnn
 from triage_rules.corpus import EVAL_FILE, generated_files, load_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "qnn_records.py"
-PROVISIONED = sdk.default_root(sys.prefix)
-needs_provisioned = pytest.mark.skipif(sdk.find_sdk({}, PROVISIONED)[0] is None,
-                                       reason=f"QNN not provisioned at {PROVISIONED} (make install)")
 
 
-def _script():
-    if "qnn_records" not in sys.modules:
-        sys.path.insert(0, str(SCRIPT.parent))  # it imports mutant_records by name
-        spec = importlib.util.spec_from_file_location("qnn_records", SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["qnn_records"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["qnn_records"]
-
-
-qnn_records = _script()
+qnn_records = load_script("qnn_records")
 INSTALLED = Path("/work/venv/lib/python3.11/site-packages/executorch")
 SDK = "/work/venv/qnn-sdk"
 
@@ -105,14 +92,14 @@ def test_the_committed_simulator_records_load_and_stay_out_of_training_and_the_e
 
 def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
     out = tmp_path / "records.jsonl"
-    env = {**os.environ, **sdk.find_sdk({}, PROVISIONED)[0].env(), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, **sdk.find_sdk({}, PROVISIONED_QNN)[0].env(), "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, str(SCRIPT), *args, "--out", str(out)], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)
     records = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
     return done, records
 
 
-@needs_provisioned
+@needs_provisioned_qnn
 def test_a_mutant_of_an_op_builder_that_breaks_the_lowering_becomes_a_record(tmp_path):
     """Real: the 'image' model (its pixel_shuffle is op_depth_to_space.py's) lowers and runs
     unmutated; mutants of that builder are lowered to HTP in forked children, and a lowering
@@ -130,7 +117,7 @@ def test_a_mutant_of_an_op_builder_that_breaks_the_lowering_becomes_a_record(tmp
         assert "/work/" not in record["excerpt"] and str(REPO) not in record["excerpt"]
 
 
-@needs_provisioned
+@needs_provisioned_qnn
 def test_lowering_against_an_sdk_without_libqnnhtp_is_a_toolchain_record(tmp_path):
     """Real: a copy of the provisioned SDK less libQnnHtp.so (about 15 s)."""
     done, records = _run(tmp_path, "--part", "sdk", "--sdk-case", "htp-missing")
@@ -139,4 +126,4 @@ def test_lowering_against_an_sdk_without_libqnnhtp_is_a_toolchain_record(tmp_pat
     assert record["category"] == "qnn_sdk_or_toolchain" and record["id"] == "gen-qnn-sdk-htp-missing"
     assert "Failed to initialize QNN backend" in record["failure_line"]
     assert "[ERROR] [Qnn ExecuTorch]: Cannot Open QNN library libQnnHtp.so" in record["excerpt"]
-    assert str(PROVISIONED) not in record["excerpt"] and "/work/" not in record["excerpt"]
+    assert str(PROVISIONED_QNN) not in record["excerpt"] and "/work/" not in record["excerpt"]

@@ -7,7 +7,6 @@ its tests standing over the installed ones only for the run, its new helpers def
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import shutil
 import signal
 import subprocess
@@ -18,23 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.engine.record_scripts import load_script
 from triage_rules.corpus import load_corpus
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
-def _script(name: str):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # reversed_fix_records imports mutant_records by name
-    spec.loader.exec_module(module)
-    return module
-
-
-mutants = _script("mutant_records")
-reversed_fixes = _script("reversed_fix_records")
+mutants = load_script("mutant_records")
+reversed_fixes = load_script("reversed_fix_records")
 
 LOWERING = textwrap.dedent('''\
     def partition(nodes):
