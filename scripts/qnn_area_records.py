@@ -4,7 +4,7 @@ the bot's own QNN probes; what ExecuTorch and QNN raised becomes a corpus record
 
     QNN_SDK_ROOT=... LD_LIBRARY_PATH=$QNN_SDK_ROOT/lib/x86_64-linux-clang \\
     .venv/bin/python scripts/qnn_area_records.py [--per-module 30] [--seed 0] [--module qnn_preprocess]
-        [--scenario two_methods] [--out tests/engine/corpus/generated/qnn_areas_of_executorch.jsonl]
+        [--scenario two_methods] [--out tests/engine/corpus/untrained/qnn_areas_of_executorch.jsonl]
 
 The scenarios are the probes' flows (tasks/probes/qnn_multi_method.py, qnn_mutable_buffer.py):
 two methods of one program lowered to HTP from one call and run on x86; a KV cache quantized
@@ -24,7 +24,9 @@ lowering path is `multi_method_lowering` ("Lowering to a backend broke", as the 
 backend's partitioner and preprocess failures).
 
 Records' sources are the mutated modules at the installed release, never a thread of the
-evaluation split (such a record is dropped).
+evaluation split (such a record is dropped). They are written to `corpus/untrained/`, which
+training does not read: trained on, they left grouped CV where it was and turned a PyTorch CI
+log's distributed timeout into a multi-method failure (docs/ENGINE.md).
 """
 from __future__ import annotations
 
@@ -46,7 +48,7 @@ from mutant_records import compiling, load_executorch, patch_module, run_forked 
 from qnn_records import _LINT_CATCHES, _quiet, excerpt_of, import_qualcomm, traced, write_unseen  # noqa: E402
 from triage_rules.roots import shape  # noqa: E402
 
-OUT = REPO / "tests" / "engine" / "corpus" / "generated" / "qnn_areas_of_executorch.jsonl"
+OUT = REPO / "tests" / "engine" / "corpus" / "untrained" / "qnn_areas_of_executorch.jsonl"
 CHILD_TIMEOUT = 240
 PER_MUTANT = 1  # records of one mutant: its first failure with a new message shape
 PER_SHAPE = 2  # records of one message shape in one module
@@ -100,18 +102,17 @@ def coverage(name: str, files: set[str]) -> dict:
     return traced(lambda: scenario(name), files.__contains__)
 
 
+def _own_lines(mutant, source: str) -> str:
+    """The source lines the mutant's statement spans."""
+    return "\n".join(source.splitlines()[mutant.line - 1:max((mutant.line, *mutant.lines))])
+
+
 def label_of(mutant, source: str) -> str:
-    text = "\n".join(source.splitlines()[mutant.line - 1:max(mutant.lines) if mutant.lines else mutant.line])
-    return "mutable_buffer" if _BUFFER_LINE.search(text) or _BUFFER_LINE.search(mutant.description) \
-        else "multi_method_lowering"
+    return "mutable_buffer" if _BUFFER_LINE.search(_own_lines(mutant, source)) else "multi_method_lowering"
 
 
 def in_scope(mutant, source: str, pattern: str) -> bool:
-    if not pattern:
-        return True
-    lines = source.splitlines()
-    text = "\n".join(lines[mutant.line - 1:max((mutant.line, *mutant.lines))])
-    return bool(re.search(pattern, text))
+    return not pattern or bool(re.search(pattern, _own_lines(mutant, source)))
 
 
 def area_records(per_module: int, seed: int, installed: Path, version: str, only: str | None = None,

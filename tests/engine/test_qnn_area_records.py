@@ -67,9 +67,9 @@ def test_a_record_is_one_the_corpus_loader_accepts(tmp_path):
     assert "'two_methods' flow" in record["note"] and "only on the mutant" in record["note"]
 
 
-def test_the_committed_records_train_the_model_and_stay_out_of_the_evaluation_split():
+def test_the_committed_records_load_and_stay_out_of_training_and_the_evaluation_split():
     records = load_corpus(area.OUT)
-    assert area.OUT in generated_files()
+    assert area.OUT not in generated_files()  # not trained on: docs/ENGINE.md says why
     assert {r.category for r in records} == {"multi_method_lowering", "mutable_buffer"}
     eval_threads = {r.thread for r in load_corpus(EVAL_FILE)}
     for record in records:
