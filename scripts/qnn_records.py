@@ -210,11 +210,27 @@ def _general(line: str, installed: Path, sdk: str) -> str:
     return general(line.replace(sdk, SDK_PATH), installed) if sdk else general(line, installed)
 
 
+def _without_own_frames(tb: list[str]) -> list[str]:
+    """The traceback less the frames of this repository (the script and the probes that drove the
+    lowering; a chained exception's second traceback starts with them) and their source lines:
+    a user's terminal shows their own code there, not etriage's. Its venv (the installed
+    ExecuTorch and torch, often inside the repository) is not etriage's code."""
+    out, own = [], False
+    for line in tb:
+        if line.startswith('  File "'):
+            own = line.startswith(f'  File "{REPO}/') and not line.startswith(f'  File "{sys.prefix}/')
+        elif not line.startswith("    "):
+            own = False
+        if not own:
+            out.append(line)
+    return out
+
+
 def excerpt_of(native: list[str], tb: list[str], installed: Path, sdk: str = "") -> tuple[str, str] | None:
     """(excerpt, failure line): QNN's last error lines, then the traceback from ExecuTorch's first
     frame (its tail when long), paths made general; None without an exception line or when a
     path of this machine is left."""
-    tb = [line.rstrip() for line in tb if line.strip()]
+    tb = _without_own_frames([line.rstrip() for line in tb if line.strip()])
     first = next((i for i, line in enumerate(tb) if line.startswith(f'  File "{installed}/')), None)
     if first is None:  # nothing of ExecuTorch failed
         return None

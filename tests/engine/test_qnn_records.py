@@ -24,14 +24,15 @@ INSTALLED = Path("/work/venv/lib/python3.11/site-packages/executorch")
 SDK = "/work/venv/qnn-sdk"
 
 
-def _traceback(frames: int, message: str = "ValueError: tuple.index(x): x not in tuple") -> list[str]:
+def _traceback(frames: int, message: str = "ValueError: tuple.index(x): x not in tuple",
+               installed: Path = INSTALLED) -> list[str]:
     lines = ["Traceback (most recent call last):",
              '  File "/work/etriage/lower.py", line 9, in <module>',
              "    lower(model)"]
     for i in range(frames):
-        lines += [f'  File "{INSTALLED}/exir/backend/step{i}.py", line {i + 1}, in step{i}',
+        lines += [f'  File "{installed}/exir/backend/step{i}.py", line {i + 1}, in step{i}',
                   f"    step{i + 1}()"]
-    lines += [f'  File "{INSTALLED}/backends/qualcomm/builders/op_cat.py", line 73, in define_node',
+    lines += [f'  File "{installed}/backends/qualcomm/builders/op_cat.py", line 73, in define_node',
               "    axis = node.meta[QCOM_AXIS_ORDER].index(axis)", message]
     return lines
 
@@ -53,6 +54,32 @@ def test_a_long_traceback_keeps_its_tail_from_a_frame_and_fits_the_corpus_rule()
     assert 2 <= len(lines) <= 40 and lines[-1] == line
     assert lines[:3] == ["<E> one", "<E> two", "Traceback (most recent call last):"]
     assert lines[3].startswith('  File "') and "op_cat.py" in lines[-3]
+
+
+@pytest.mark.parametrize("installed", [INSTALLED, Path(sys.prefix) / "lib/python3.11/site-packages/executorch"],
+                         ids=["elsewhere", "in the venv"])
+def test_the_frames_of_etriage_that_drove_the_lowering_are_left_out_of_a_chained_traceback(installed):
+    """A chained exception's last traceback starts in the script and the probe that lowered the
+    model; the excerpt keeps ExecuTorch's frames and the exceptions, never etriage's own. The
+    venv, where ExecuTorch is installed, may lie inside the repository: its frames stay."""
+    own = str(qnn_records.REPO)
+    tb = _traceback(1, "KeyError: 'val'", installed) + [
+        "During handling of the above exception, another exception occurred:",
+        "Traceback (most recent call last):",
+        f'  File "{own}/scripts/qnn_area_records.py", line 92, in scenario',
+        "    flow()",
+        f'  File "{own}/tasks/qnn/htp.py", line 50, in lower',
+        "    return utils.to_edge_transform_and_lower_to_qnn(module, inputs, specs)",
+        "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+        f'  File "{installed}/backends/qualcomm/qnn_preprocess.py", line 103, in _build_op_wrappers',
+        "    raise RuntimeError(err_msg)",
+        "RuntimeError: aten.view_copy.default is not supported in Qnn Delegate"]
+    text, line = qnn_records.excerpt_of([], tb, installed, SDK)
+    assert line == "RuntimeError: aten.view_copy.default is not supported in Qnn Delegate"
+    assert "/etriage/" not in text and "flow()" not in text and "to_edge_transform_and_lower_to_qnn" not in text
+    assert "KeyError: 'val'" in text and "During handling of the above exception" in text
+    assert text.splitlines()[-3:] == ['  File "backends/qualcomm/qnn_preprocess.py", line 103, in _build_op_wrappers',
+                                      "    raise RuntimeError(err_msg)", line]
 
 
 @pytest.mark.parametrize("case", ["no exception line", "no executorch frame", "machine path left"])
