@@ -45,7 +45,8 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from bench.mutants import candidates  # noqa: E402
 from mutant_records import compiling, load_executorch, patch_module, run_forked  # noqa: E402
-from qnn_records import _LINT_CATCHES, _quiet, excerpt_of, import_qualcomm, traced, write_unseen  # noqa: E402
+from qnn_records import (_LINT_CATCHES, _quiet, excerpt_of, import_qualcomm, mutant_record, traced,  # noqa: E402
+                         write_unseen)
 from triage_rules.roots import shape  # noqa: E402
 
 OUT = REPO / "tests" / "engine" / "corpus" / "untrained" / "qnn_areas_of_executorch.jsonl"
@@ -170,17 +171,9 @@ def area_records(per_module: int, seed: int, installed: Path, version: str, only
 
 
 def area_record(path: str, mutant, category: str, scenario_name: str, excerpt: tuple[str, str], version: str) -> dict:
-    first, column = mutant.edits[0][:2]
-    return {
-        "id": f"gen-qnnarea-{Path(path).stem}-{first}-{column}-{mutant.operator}-{scenario_name}"[:120],
-        "source": f"https://github.com/pytorch/executorch/blob/v{version}/{path}",
-        "origin": "generated: QNN HTP simulator on a mutant of ExecuTorch's QNN lowering path",
-        "excerpt": excerpt[0], "failure_line": excerpt[1], "category": category,
-        "note": (f"scripts/qnn_area_records.py: bench/mutants.py {mutant.operator} mutant of executorch/{path} "
-                 f"{mutant.description} (in {mutant.function}) on the installed executorch {version}; the "
-                 f"'{scenario_name}' flow (HTP, SM8650) raised this only on the mutant; labelled by where the "
-                 "fault is"),
-    }
+    return mutant_record("qnn_area_records", "gen-qnnarea", "QNN lowering path", path, mutant, scenario_name, version,
+                         category, excerpt, f"the '{scenario_name}' flow (HTP, SM8650) raised this only on the mutant; "
+                         "labelled by where the fault is")
 
 
 def main() -> int:

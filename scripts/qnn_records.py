@@ -309,15 +309,22 @@ def builder_records(per_module: int, seed: int, installed: Path, version: str, o
 
 
 def builder_record(path: str, mutant, model: str, stage: str, excerpt: tuple[str, str], version: str) -> dict:
+    return mutant_record("qnn_records", "gen-qnn", "QNN op builders", path, mutant, model, version,
+                         "qnn_op_validation", excerpt, f"lowering the '{model}' model to HTP (SM8650, fp16) failed at "
+                         f"its {stage} (it passes unmutated)")
+
+
+def mutant_record(script: str, prefix: str, what: str, path: str, mutant, run: str, version: str, category: str,
+                  excerpt: tuple[str, str], how: str) -> dict:
+    """A corpus record of what a mutant of executorch/`path` made fail in `run` (a model, a flow)."""
     first, column = mutant.edits[0][:2]
     return {
-        "id": f"gen-qnn-{Path(path).stem}-{first}-{column}-{mutant.operator}-{model}"[:120],
+        "id": f"{prefix}-{Path(path).stem}-{first}-{column}-{mutant.operator}-{run}"[:120],
         "source": f"https://github.com/pytorch/executorch/blob/v{version}/{path}",
-        "origin": "generated: QNN HTP simulator on a mutant of ExecuTorch's QNN op builders",
-        "excerpt": excerpt[0], "failure_line": excerpt[1], "category": "qnn_op_validation",
-        "note": (f"scripts/qnn_records.py: bench/mutants.py {mutant.operator} mutant of executorch/{path} "
-                 f"{mutant.description} (in {mutant.function}) on the installed executorch {version}; lowering "
-                 f"the '{model}' model to HTP (SM8650, fp16) failed at its {stage} (it passes unmutated)"),
+        "origin": f"generated: QNN HTP simulator on a mutant of ExecuTorch's {what}",
+        "excerpt": excerpt[0], "failure_line": excerpt[1], "category": category,
+        "note": (f"scripts/{script}.py: bench/mutants.py {mutant.operator} mutant of executorch/{path} "
+                 f"{mutant.description} (in {mutant.function}) on the installed executorch {version}; {how}"),
     }
 
 
