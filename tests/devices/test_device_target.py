@@ -118,9 +118,12 @@ def test_a_dead_device_is_retried_then_reported_as_device_infra(sshd, exported, 
 
 
 def test_a_run_killed_at_its_time_limit_is_the_devices(sshd, exported, tmp_path, monkeypatch):
+    """A method that hangs on the device (its runtime sleeps) is killed at the time limit. The
+    hang is the runtime's own, not a real method that happens to be slower than the limit (that
+    one finished in under a second on a quiet machine: the test then saw it pass)."""
     monkeypatch.setattr(device_target, "METHOD_TIMEOUT", 1.0)
     run = _run(tmp_path)
-    result = _target(sshd.device(), exported, run).run(run)
+    result = _target(sshd.device(runtime=("sh", "-c", "sleep 30")), exported, run).run(run)
     assert result.status == "crashed" and "device fault (timeout)" in result.reason
     assert list(sshd.work_root.iterdir()) == []  # cleaned up after each attempt
 
