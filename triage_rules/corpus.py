@@ -28,6 +28,7 @@ EVAL_FILE = CORPUS_DIR / "eval.jsonl"
 # scripts/pytest_records.py, ...), one file per way of producing it, training only: its sources
 # are ExecuTorch files, never a thread of the evaluation split.
 GENERATED_DIR = CORPUS_DIR / "generated"
+UNTRAINED_DIR = CORPUS_DIR / "untrained"  # made here and measured, not trained on (its README says why)
 REQUIRED = ("source", "excerpt", "failure_line", "category")
 KNOWN = frozenset(REQUIRED) | {"id", "origin", "note"}
 

@@ -24,7 +24,7 @@ import yaml
 from triage_rules.scorer import Opinion
 from triage_rules.records import CATEGORIES, Failure
 from triage_rules.rules import owners_of, rules_by_id
-from triage_rules.structure import found_in
+from triage_rules.structure import found_in, only_on_the_stack
 from triage_rules.structure import signals as signal_table
 
 WEIGHT = {"strong": 0.4, "weak": 0.0}
@@ -52,6 +52,8 @@ CALIBRATION_FILE = Path(__file__).with_name("calibration.yaml")
 GUARDS = {
     "multi_method_lowering": re.compile(r"(?i)multi_?method|multi_graphs?|two_methods|to_backend_multi"),
     "mutable_buffer": re.compile(r"(?i)mutable_?buffer|kv_?cache|buffer_mutation|stateful|index_(put|copy)"),
+    # QNN's per-operator test classes (test_qnn_delegate.py) and etriage's own QNN op probes
+    "qnn_op_validation": re.compile(r"TestQNN\w*Operator\b|(?<![\w.])qnn_ops(?:::|$)"),
 }
 
 
@@ -98,7 +100,12 @@ def decide(failure: Failure, opinion: Opinion | None, calibrate: bool = True) ->
     # ("no free space in the KV cache" names the cache: kv-cache-capacity read it)
     read = {c: v for c, v in pointed.items()
             if strength == "strong" and c != failure.category and _read_by_rule(v[1], failure.line)}
-    pointed = {c: v for c, v in pointed.items() if c not in read}
+    # nor is the stack around the frame a specific rule read: a QNN op builder raising under
+    # to_backend and the partitioner (on every lowering's stack) failed in the builder
+    around = {c: v for c, v in pointed.items()
+              if strength == "strong" and c != failure.category and c not in read and _read_frame(rule)
+              and {entry.split(" ", 1)[0] for entry in v[1]} <= only_on_the_stack(failure)}
+    pointed = {c: v for c, v in pointed.items() if c not in read and c not in around}
     # nor is a failure a specific rule reads as the test's setup failing (categories.yaml `setup`:
     # an import, the build, the toolchain, the CI or the device): the test never reached what it guards
     setup = strength == "strong" and bool(category_texts()[failure.category].get("setup"))
@@ -107,10 +114,12 @@ def decide(failure: Failure, opinion: Opinion | None, calibrate: bool = True) ->
     if pointed:
         evidence += [f"structure points to {c} (weight {STRUCTURE_WEIGHT * w:.2f}): learned from "
                      + ", ".join(said) for c, (w, said) in sorted(pointed.items(), key=lambda kv: -kv[1][0])]
-    elif signals and not read:
+    elif signals and not read and not around:
         evidence.append("structure: " + ", ".join(signals) + " (no learned direction)")
     evidence += [f"structure's {', '.join(e.split(' ', 1)[0] for e in said)} (towards {c}) is in the rule's own "
                  "line: the rule's evidence, not counted against it" for c, (_, said) in read.items()]
+    evidence += [f"structure's {', '.join(e.split(' ', 1)[0] for e in said)} (towards {c}) is only the stack "
+                 "around the frame the rule read: not counted against it" for c, (_, said) in around.items()]
     if guarded:
         evidence.append(f"the failing test guards {guarded} (weight {AREA_WEIGHT:.1f})")
     failure.unsure = []
@@ -165,6 +174,11 @@ def decide(failure: Failure, opinion: Opinion | None, calibrate: bool = True) ->
         failure.unsure = [failure.category, runner_up]
     failure.decision = [f"{failure.decided_by} decided {failure.category}"
                         + (f" (unsure: {runner_up} is close)" if failure.unsure else ""), *evidence]
+
+
+def _read_frame(rule) -> bool:
+    """Whether the rule matched a traceback frame (the innermost code that raised, named)."""
+    return rule is not None and any(key == "frame" for key, _ in rule.matchers)
 
 
 def _read_by_rule(said: tuple[str, ...], line: str) -> bool:

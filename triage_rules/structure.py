@@ -47,19 +47,31 @@ def signals() -> tuple[Signal, ...]:
     return tuple(out)
 
 
-def found_in(failure: Failure) -> list[str]:
-    """The ids of the signals this failure shows, in the table's order; never in the failing
-    test's own names nor its test files' frames (testnames.py: the test's area is weighed apart)."""
+def _read(failure: Failure) -> tuple[str, str]:
+    """(frames, text) as the signals read them: never the failing test's own names nor its test
+    files' frames (testnames.py: the test's area is weighed apart)."""
     lines = [failure.line, failure.message, *failure.context, *failure.evidence]
     names = test_names(failure.test or "", *lines)
     frames = " ".join(f"{f.file} {f.function}" for f in failure.frames if not is_test_file(f.file))
-    text = "\n".join(without_names(line, names) for line in lines)[:MAX_TEXT]
+    return frames, "\n".join(without_names(line, names) for line in lines)[:MAX_TEXT]
+
+
+def found_in(failure: Failure) -> list[str]:
+    """The ids of the signals this failure shows, in the table's order."""
+    frames, text = _read(failure)
     found = []
     for signal in signals():
         where = {"frames": frames, "text": text, "any": f"{frames}\n{text}"}[signal.where]
         if signal.pattern.search(where):
             found.append(signal.id)
     return found
+
+
+def only_on_the_stack(failure: Failure) -> set[str]:
+    """The signals this failure shows in its frames alone, none of its text naming them."""
+    frames, text = _read(failure)
+    return {s.id for s in signals() if s.where != "text" and s.pattern.search(frames)
+            and not (s.where == "any" and s.pattern.search(text))}
 
 
 def expected() -> dict[str, str]:

@@ -129,3 +129,56 @@ def test_a_specific_rules_own_words_are_not_structure_against_it():
     assert elsewhere.rule == "numeric-not-close"
     decide(elsewhere, Opinion(leaning | {"numerical_mismatch": 0.05}, (), structure=kv))
     assert (elsewhere.category, elsewhere.decided_by) == ("mutable_buffer", "structure")
+
+
+QNN_BUILDER_FAILURE = "gen-qnn-op_add-47-16-swap_arguments-attention"  # corpus/untrained, real HTP lowering output
+
+
+def _qnn_builder_failure(test: str | None):
+    from triage_rules.corpus import UNTRAINED_DIR
+    from triage_rules.engine import add_opinions
+
+    [record] = [r for r in load_corpus(UNTRAINED_DIR / "qnn_simulator_of_executorch.jsonl") if r.id == QNN_BUILDER_FAILURE]
+    failure = classify_text(record.excerpt, failed=True, use_model=False)[0]
+    failure.test = test
+    add_opinions([failure])
+    return failure
+
+
+def test_the_stack_around_a_frame_a_specific_rule_read_is_not_structure_against_it():
+    """A QNN op builder raising under to_backend and the partitioner (real output of a mutant
+    lowered to HTP): `qnn-builder-frames` read the builder's frame. to_backend and the partitioner
+    are on the stack of every lowering failure, so their learned pull to multi-method does not
+    count against the rule; before, it decided `multi_method_lowering` (structure, 0.98)."""
+    failure = _qnn_builder_failure(None)
+    assert failure.rule == "qnn-builder-frames"
+    assert any("to_backend, partitioner (towards multi_method_lowering) is only the stack around the frame the "
+               "rule read" in e for e in failure.decision), failure.decision
+    assert failure.decided_by != "structure"
+    assert not any(e.startswith("structure points to multi_method_lowering") for e in failure.decision)
+
+
+@pytest.mark.parametrize("test", [
+    "backends/qualcomm/tests/test_qnn_delegate.py::TestQNNFloatingPointOperator::test_qnn_backend_element_wise_add",
+    "backends/qualcomm/tests/test_qnn_delegate.py::TestQNNQuantizedOperator::test_qnn_backend_element_wise_add",
+    "qnn_ops::layout_transformed_ops_on_htp",
+])
+def test_a_qnn_operator_test_guards_op_validation(test):
+    """In the bot's own QNN runs (upstream's per-operator test classes, etriage's op probes) the
+    failing test's area decides with the rule that read the builder's frame."""
+    failure = _qnn_builder_failure(test)
+    assert (failure.category, failure.decided_by) == ("qnn_op_validation", "qnn-builder-frames")
+    assert "the failing test guards qnn_op_validation (weight 0.5)" in failure.decision
+
+
+@pytest.mark.parametrize("test, area", [
+    ("backends/qualcomm/tests/test_qnn_delegate.py::TestQNNFloatingPointModel::test_qnn_backend_llama", None),
+    ("backends/qualcomm/tests/test_qnn_delegate.py::TestQNNQuantizedUtils::test_qnn_backend_multi_graphs",
+     "multi_method_lowering"),
+    ("qnn_ops::layout_transformed_ops_on_htp", "qnn_op_validation"),
+    ("tests/test_my_qnn_ops_helper.py::test_x", None),
+])
+def test_what_a_test_name_guards(test, area):
+    from triage_rules.decide import guarded_area
+
+    assert guarded_area(test) == area
