@@ -4,10 +4,12 @@
                                         + AREA_WEIGHT · [the failing test guards that category]
 
 A specific rule (`strong`) is strong evidence: the model overrules it only when it is nearly
-sure of another category and gives the rule's almost nothing. A generic rule (`weak`: a bare
+sure of another category and gives the rule's almost nothing. Structural signals weigh against it
+unless the rule read them: in its own line, or as the stack around the frame it matched
+(`to_backend` and the partitioner under a QNN op builder's frame). A generic rule (`weak`: a bare
 exception, an assertion, "a test failed", "unclassified") is weak evidence, which a confident
 model overrules. etriage's own probes (`certain`) are never overruled. A test whose name says
-what it guards (`test_to_backend_multi_method*`, `*mutable_buffer*`, `*kv_cache*`) is evidence
+what it guards (`test_to_backend_multi_method*`, `*mutable_buffer*`, `*kv_cache*`, QNN's `TestQNN*Operator`) is evidence
 for that category even when its exception is generic or another layer's (a SpecViolationError
 raised inside a multi-method test is a multi-method failure); the exception is still shown, and
 an environment verdict is never re-read this way. The weights were chosen by cross-validation
