@@ -36,6 +36,7 @@ import random
 import re
 import sys
 import traceback
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,9 +46,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from bench.mutants import candidates  # noqa: E402
 from mutant_records import compiling, load_executorch, patch_module, run_forked  # noqa: E402
-from qnn_records import (_LINT_CATCHES, _quiet, excerpt_of, import_qualcomm, mutant_record, traced,  # noqa: E402
-                         write_unseen)
-from triage_rules.roots import shape  # noqa: E402
+from qnn_records import _quiet, import_qualcomm, kept_excerpt, mutant_record, traced, write_unseen  # noqa: E402
 
 OUT = REPO / "tests" / "engine" / "corpus" / "untrained" / "qnn_areas_of_executorch.jsonl"
 CHILD_TIMEOUT = 240
@@ -140,7 +139,7 @@ def area_records(per_module: int, seed: int, installed: Path, version: str, only
         chosen = [m for m in candidates(source, module.path) if in_scope(m, source, module.lines)
                   and any(line in covered.get(filename, ()) for covered in runs.values() for line in m.lines)]
         random.Random(f"{seed}:{module.path}").shuffle(chosen)
-        shapes: dict[str, int] = {}
+        shapes: Counter[str] = Counter()
         tried = made = 0
         for mutant, mutated in compiling(chosen, source, per_module):
             tried += 1
@@ -158,10 +157,9 @@ def area_records(per_module: int, seed: int, installed: Path, version: str, only
             for name, result in zip(using, results):
                 if kept >= PER_MUTANT or result["raised"] in ("", baseline[name], "ProbeFailure"):
                     continue
-                excerpt = excerpt_of(result["native"], result["traceback"], installed, os.environ["QNN_SDK_ROOT"])
-                if excerpt is None or _LINT_CATCHES.match(excerpt[1]) or shapes.get(shape(excerpt[1]), 0) >= PER_SHAPE:
+                excerpt = kept_excerpt(result, installed, shapes, PER_SHAPE)
+                if excerpt is None:
                     continue
-                shapes[shape(excerpt[1])] = shapes.get(shape(excerpt[1]), 0) + 1
                 kept += 1
                 out.append(area_record(module.path, mutant, label_of(mutant, source), name, excerpt, version))
             made += kept

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -277,7 +278,7 @@ def builder_records(per_module: int, seed: int, installed: Path, version: str, o
         chosen = [m for m in candidates(source, path) if not m.function.endswith("__init__")
                   and any(line in covered.get(filename, ()) for covered in runs.values() for line in m.lines)]
         random.Random(f"{seed}:{path}").shuffle(chosen)  # a module's mutants whichever others run
-        shapes: set[str] = set()
+        shapes: Counter[str] = Counter()
         tried = made = 0
         for mutant, mutated in compiling(chosen, source, per_module):
             tried += 1
@@ -296,16 +297,28 @@ def builder_records(per_module: int, seed: int, installed: Path, version: str, o
             for name, result in zip(using, results):
                 if result["stage"] in ("", "numbers") or kept >= PER_MUTANT:
                     continue
-                excerpt = excerpt_of(result["native"], result["traceback"], installed, os.environ["QNN_SDK_ROOT"])
-                if excerpt is None or _LINT_CATCHES.match(excerpt[1]) or shape(excerpt[1]) in shapes:
+                excerpt = kept_excerpt(result, installed, shapes, per_shape=1)
+                if excerpt is None:
                     continue
-                shapes.add(shape(excerpt[1]))
                 kept += 1
                 out.append(builder_record(path, mutant, name, result["stage"], excerpt, version))
             made += kept
             print(f"  {mutant.key}: {[r['stage'] or 'ok' for r in results]}, {kept} kept", flush=True)
         print(f"{path}: {made} record(s) of {tried} mutant(s)", flush=True)
     return out
+
+
+def kept_excerpt(result: dict, installed: Path, shapes: Counter[str], per_shape: int) -> tuple[str, str] | None:
+    """The excerpt of a failed run worth a record: ExecuTorch's frames in it, not what a linter
+    catches first, and its message's shape seen fewer than `per_shape` times (counted in `shapes`)."""
+    excerpt = excerpt_of(result["native"], result["traceback"], installed, os.environ["QNN_SDK_ROOT"])
+    if excerpt is None or _LINT_CATCHES.match(excerpt[1]):
+        return None
+    key = shape(excerpt[1])
+    if shapes[key] >= per_shape:
+        return None
+    shapes[key] += 1
+    return excerpt
 
 
 def builder_record(path: str, mutant, model: str, stage: str, excerpt: tuple[str, str], version: str) -> dict:

@@ -105,17 +105,20 @@ def postgres_url():
 
     from tests.private_postgres import private_postgres, server_binaries
 
+    def local_server() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", 5432), timeout=0.5).close()
+        except OSError:
+            return False
+        return True
+
     url = os.environ.get("ETRIAGE_TEST_POSTGRES_URL")
     if url:
         yield url
         return
-    if os.environ.get("ETRIAGE_TEST_POSTGRES") != "private":
-        try:
-            socket.create_connection(("127.0.0.1", 5432), timeout=0.5).close()
-            yield "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-            return
-        except OSError:
-            pass
+    if os.environ.get("ETRIAGE_TEST_POSTGRES") != "private" and local_server():
+        yield "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+        return
     binaries = server_binaries()
     if binaries is None:
         pytest.skip("no PostgreSQL on 127.0.0.1:5432, none installed to start (scripts/system-deps.sh "

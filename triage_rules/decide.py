@@ -104,9 +104,9 @@ def decide(failure: Failure, opinion: Opinion | None, calibrate: bool = True) ->
             if strength == "strong" and c != failure.category and _read_by_rule(v[1], failure.line)}
     # nor is the stack around the frame a specific rule read: a QNN op builder raising under
     # to_backend and the partitioner (on every lowering's stack) failed in the builder
-    around = {c: v for c, v in pointed.items()
-              if strength == "strong" and c != failure.category and c not in read and _read_frame(rule)
-              and {entry.split(" ", 1)[0] for entry in v[1]} <= only_on_the_stack(failure)}
+    stack = only_on_the_stack(failure) if pointed and strength == "strong" and _read_frame(rule) else set()
+    around = {c: v for c, v in pointed.items() if stack and c != failure.category and c not in read
+              and {entry.split(" ", 1)[0] for entry in v[1]} <= stack}
     pointed = {c: v for c, v in pointed.items() if c not in read and c not in around}
     # nor is a failure a specific rule reads as the test's setup failing (categories.yaml `setup`:
     # an import, the build, the toolchain, the CI or the device): the test never reached what it guards
