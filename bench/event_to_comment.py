@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from etriage.demo import log_text, workflow_run_payload  # noqa: E402
+from etriage.demo import install, log_text, workflow_run_payload  # noqa: E402
 from etriage.replay import send  # noqa: E402
 from etriage.serve import Service  # noqa: E402
 from triage_rules.model import cache_dir as model_cache_dir  # noqa: E402
@@ -79,6 +79,7 @@ def main() -> int:
     log = log_text(LOG)
     with Service(serve_args, environ) as service:
         double, secret, url = service.double, service.settings.webhook_secrets[0], service.url + "/webhook"
+        install(service, url, secret, 60)  # the worker drops deliveries of an unknown installation
         double.add_pull(REPO, PR, head, base, files=[("README.md", "modified")])
         # the merge base's CI first: the PR's identical failures are then pre-existing
         double.add_workflow_run(REPO, 900, base, [{"id": 9000, "name": "unittest base", "conclusion": "failure",
