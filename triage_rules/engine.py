@@ -183,7 +183,7 @@ def _line_a_rule_knows(lines: list[str], job_name: str | None, best: int) -> int
 
 def to_failure(group: FailureGroup, job_name: str | None = None) -> Failure:
     """One Failure record from an extracted group, classified by the rule set."""
-    best = group.best
+    best = group.stated()
     with_exception = best if best.info.exception else next(
         (c for c in sorted(group.evidence, key=lambda c: -c.score) if c.info.exception), None
     )

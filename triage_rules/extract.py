@@ -50,10 +50,13 @@ _FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (
 # long form's entries end on "path.py:286: SpecViolationError". A section header ("____ test ____")
 # starts the test's report: no frame above it is the failure's.
 _PYTEST_FRAME_RE = re.compile(r"^(?P<file>[^\s:\"']+\.py):(?P<line>\d+): (?:in (?P<func>[\w.<>]+)|[\w.]+)\s*$", re.M)
-_PYTEST_SECTION = re.compile(rb"\n_{3,} [^\n]* _{3,}\n")
+# pytest draws it to the terminal's width, at least one `_` a side: `_ TestX.test_a_long_name _`
+# (not a frame separator, `_ _ _ _`); a CI log may stamp the line's start.
+_PYTEST_SECTION = re.compile(rb"\n(?:\xef\xbb\xbf)?(?:\d{4}-\d\d-\d\dT[\d:.]+Z ?)?_+ [^\s_][^\n]* _+\r?\n")
 PYTEST_WINDOW = 1 << 13
 _WRAPPER_KINDS = frozenset({"gha_exit", "wrapper", "build_wrapper", "summary", "section", "gha_timeout"})
 _EXIT_KINDS = frozenset({"gha_exit", "wrapper"})
+_NAMES_THE_TEST = frozenset({"pytest_summary", "pytest_section", "unittest_header", "pytest_progress_failed"})
 _TEST_KEY_RE = re.compile(r"^(.*?)(\[.*\])?$")
 
 
@@ -114,6 +117,28 @@ class FailureGroup:
                 del self.evidence[weakest]
             else:
                 del self.evidence[0 if weakest else 1]
+
+
+    def stated(self) -> Candidate:
+        """The line that states the failure: the best one, unless that is pytest's summary line
+        without the whole message. Without a terminal (CI) pytest cuts the summary to 80 columns:
+        `FAILED t.py::T::t - SpecViolationError: call_mo...`, `... - SpecViolationError:...`, or,
+        for a long test id, no message at all. Then the same test's line it cut (the exception line
+        it starts), or, with no message, the group's best line that is not a header naming the test.
+        A whole summary line stays (PyTorch's CI marks it as the failure's line)."""
+        best = self.best
+        if best.info.kind != "pytest_summary":
+            return best
+        if best.info.exception:
+            if not best.info.message.endswith("..."):
+                return best
+            said = f"{best.info.exception}: {best.info.message[:-3]}".rstrip(" :")
+            lines = [c for c in self.evidence if c.info.exception and f"{c.info.exception}: {c.info.message}".startswith(said)]
+        elif best.info.message == best.line.strip():  # no message
+            lines = [c for c in self.evidence if c.score >= REAL_FAILURE and c.info.kind not in _NAMES_THE_TEST]
+        else:  # a message naming no exception: whole, as far as can be told
+            return best
+        return max((c for c in lines if c is not best), key=lambda c: c.score, default=best)  # ties: the earlier
 
 
 def _better_test_id(new: str, old: str) -> bool:

@@ -47,7 +47,7 @@ PREFILTER_LITERALS: tuple[str, ...] = (
     # QnnDsp/`N/M failed! Received signal` lines; the rest are failure lines with no such word.
     "rror", "RROR", "ail", "AIL", "atal", "xception", "Interrupt", "enied", "imed out", "took >",
     "Killed", "Segmentation", "dumped", "No space", "registered", "Missing", "undefined ref",
-    "kernel '", "Unsupported", "SymNode", "Lint for", "____ ", "=====", "rate limit", "efusing",
+    "kernel '", "Unsupported", "SymNode", "Lint for", "____ ", "_ test", "_ Test", ".test", "=====", "rate limit", "efusing",
     "maximum", "dirty", "SIG", "mashing", "CONFLICT (",
     # Problems stated without the word error (device labs, QNN, numerics, linters): found by
     # the `problem` kind below, which only wins when a log holds nothing stronger.
@@ -112,7 +112,8 @@ _KINDS: list[tuple[str, re.Pattern[str], int]] = [
     ("gtest_assertion", re.compile(r"^(?P<file>[\w./+-]+\.(?:cpp|cc|cxx|h|hpp)):(?P<line>\d+): Failure$"), 86),
     ("gtest_failed", re.compile(r"^\[  FAILED  \] (?P<test>[\w/.]+)"), 80),
     ("probe_failure", re.compile(r"\bProbeFailure: \[(?P<cat>\w+)\] (?P<msg>.*)"), 88),
-    ("pytest_section", re.compile(r"^_{3,} (?:(?:ERROR|FAILURE) (?:at \w+ of |collecting ))?(?P<test>\S+) _{3,}$"), 75),
+    # at least one `_` a side: pytest fills the terminal's width, a long test id leaves `_ id _`
+    ("pytest_section", re.compile(r"^_+ (?:(?:ERROR|FAILURE) (?:at \w+ of |collecting ))?(?P<test>[^\s_]\S*) _+$"), 75),
     ("pytest_progress_failed", re.compile(r"^(?P<test>\S+::\S+)(?: <- \S+)? (?:FAILED|ERROR)\b"), 55),
     ("test_verdict", re.compile(r"^(?P<test>[\w./:]+) - failed\b"), 80),
     ("benchmark_verdict", re.compile(r"^(?P<test>[A-Za-z]\w*)\s+(?:FAIL|IMPROVED):\s*(?P<msg>.*)"), 80),
@@ -271,8 +272,9 @@ def _build(kind: str, score: int, match: re.Match[str], stripped: str) -> LineIn
         inner = EXCEPTION_IN_TEXT_RE.match(message.strip())
         if inner:
             exception, message = inner.group(1), inner.group(2)
-    elif kind == "unittest_header":
-        test = f"{groups['cls']}.{groups['name']}"
+    elif kind == "unittest_header":  # Python 3.11 on names the method in the parentheses too
+        cls = groups["cls"].removesuffix(f".{groups['name']}")
+        test = f"{cls}.{groups['name']}"
     elif kind in ("test_file_failed", "test_file_signal") and stripped.startswith("RuntimeError"):
         exception = "RuntimeError"
     elif kind in ("lint_error", "flake8"):

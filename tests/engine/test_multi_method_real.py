@@ -46,6 +46,9 @@ def test_pytests_short_traceback_gives_the_frames():
 def test_in_a_ci_log_it_is_multi_method_lowering(test):
     [failure] = classify_text(ci_log(test, FAILED[test]), job_name=JOB, failed=True)
     assert failure.exception.endswith("SpecViolationError")
+    # the summary line cut the message; the failure's line is the traceback's, whole
+    assert f"{failure.exception}: {failure.message}" == FAILED[test]["message"]
+    assert failure.line.startswith("E ") and failure.line.endswith(failure.message)
     assert (failure.category, failure.unsure) == ("multi_method_lowering", [])
     assert any(reason.startswith("structure points to multi_method_lowering") for reason in failure.decision)
 

@@ -1,0 +1,152 @@
+"""What real test runners print in a CI job (no tty: 80 columns), read back: one failure per test,
+its test id, and the line that states it. The logs are real runs of pytest and unittest.
+
+pytest cuts its summary line to the terminal's width: `FAILED t.py::T::test - SpecViolationError:
+call_module is not va...`. The failure's line is then the traceback's exception line, with the whole
+message; a whole summary line stays the failure's line, as PyTorch's CI marks it
+(test_pytorch_logs.py). A long test id leaves the section header one `_` a side."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from triage_rules import classify_text
+
+LONG = ("call_module is not valid: got a class 'fused_first_tag1' while validating the original program "
+        "after the partitions of both methods became submodules")
+TEST_FILE = '''
+class SpecViolationError(Exception):
+    pass
+
+def _unsafe_adjust_original_program():
+    raise {raised}
+
+def {name}():
+    _unsafe_adjust_original_program()
+'''
+SHORT_NAME = "test_two_methods"
+LONG_NAME = "test_multi_method_to_backend_two_methods_different_partitioners_with_several_submodules"
+
+
+def pytest_log(tmp_path, raised: str, *options: str, name: str = SHORT_NAME) -> str:
+    """What `python -m pytest` prints for one failing test, as a CI job's log has it (no tty)."""
+    (tmp_path / "test_lowering.py").write_text(TEST_FILE.format(raised=raised, name=name))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COLUMNS"))} | {"COLUMNS": "80"}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rf", *options, "test_lowering.py"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stdout + run.stderr
+    return run.stdout
+
+
+def summary_of(log: str) -> str:
+    return next(line for line in log.splitlines() if line.startswith("FAILED "))
+
+
+@pytest.mark.parametrize("raised, name, cut", [
+    (f"SpecViolationError({LONG!r})", SHORT_NAME, "the message cut"),
+    ("SpecViolationError('k_cache')", SHORT_NAME, "only the exception's name left"),
+    (f"SpecViolationError({LONG!r})", LONG_NAME, "no message: the test id fills the line"),
+])
+@pytest.mark.parametrize("tb", ["long", "short"])
+def test_a_cut_summary_line_gives_way_to_the_exception_line_it_cut(tmp_path, raised, name, cut, tb):
+    log = pytest_log(tmp_path, raised, f"--tb={tb}", name=name)
+    message = LONG if LONG in raised else "k_cache"
+    summary = summary_of(log)
+    assert message not in summary, cut  # the class: pytest cut it
+    assert summary.endswith("...") == (name == SHORT_NAME), cut
+
+    [failure] = classify_text(log)
+    assert failure.line.startswith("E ") and failure.line.endswith(message)
+    assert failure.message == message
+    assert failure.exception.endswith("SpecViolationError")
+    assert failure.test == f"test_lowering.py::{name}"
+    assert log.splitlines()[failure.line_no - 1] == failure.line
+
+
+def test_a_whole_summary_line_stays_the_failures_line(tmp_path):
+    log = pytest_log(tmp_path, "KeyError('k_cache')")
+    assert summary_of(log).endswith("KeyError: 'k_cache'")
+    [failure] = classify_text(log)
+    assert failure.line == summary_of(log)
+    assert (failure.exception, failure.message) == ("KeyError", "'k_cache'")
+
+
+@pytest.mark.parametrize("name", [SHORT_NAME, LONG_NAME])
+def test_a_cut_summary_without_its_traceback_stays(tmp_path, name):
+    log = pytest_log(tmp_path, f"SpecViolationError({LONG!r})", "--tb=no", name=name)
+    [failure] = classify_text(log)
+    assert failure.line == summary_of(log)
+    assert failure.test == f"test_lowering.py::{name}"
+
+
+UNITTEST_FILE = '''
+import unittest
+
+class TestToBackendMultiMethod(unittest.TestCase):
+    def {name}(self):
+        raise RuntimeError("Failed to execute method forward, error: 0x20")
+'''
+
+
+@pytest.mark.parametrize("name", [SHORT_NAME, LONG_NAME])
+def test_unittests_header_names_the_test_once(tmp_path, name):
+    """Python 3.11 on prints `ERROR: test_x (module.Class.test_x)`, before `(module.Class)`."""
+    (tmp_path / "test_lowering.py").write_text(UNITTEST_FILE.format(name=name))
+    run = subprocess.run([sys.executable, "-m", "unittest", "test_lowering"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and f"ERROR: {name} (" in run.stderr
+    [failure] = classify_text(run.stderr)
+    assert failure.test == f"test_lowering.TestToBackendMultiMethod.{name}"
+    assert failure.exception == "RuntimeError"
+
+
+def test_a_unittest_header_of_python_3_10_names_the_class():
+    log = ("ERROR: test_two_methods (test_lowering.TestToBackendMultiMethod)\n" + "-" * 70 + "\n"
+           "Traceback (most recent call last):\n  File \"test_lowering.py\", line 5, in test_two_methods\n"
+           "RuntimeError: Failed to execute method forward, error: 0x20\n")
+    [failure] = classify_text(log)
+    assert failure.test == "test_lowering.TestToBackendMultiMethod.test_two_methods"
+
+
+def pytest_section(title: str, fill: str = "_", width: int = 80) -> str:
+    """pytest's separator line (TerminalWriter.sep) for a terminal of `width` columns."""
+    n = max((width - len(title) - 2) // 2, 1)
+    line = f"{fill * n} {title} {fill * n}"
+    return line + fill if len(line) + 1 <= width else line
+
+
+def pytest_summary(nodeid: str, raised: str, width: int = 80) -> str:
+    """pytest's short summary line (_get_line_with_reprcrash_message) at `width` columns."""
+    head, room = f"FAILED {nodeid}", width - len(f"FAILED {nodeid}") - len(" - ")
+    if room < 3:
+        return head
+    raised = raised.splitlines()[0]
+    return f"{head} - {raised if len(raised) <= room else raised[:room - 3] + '...'}"
+
+
+def test_the_framing_below_is_pytests_own(tmp_path):
+    for name in (SHORT_NAME, LONG_NAME):
+        log = pytest_log(tmp_path, f"SpecViolationError({LONG!r})", name=name)
+        assert pytest_section(name) in log.splitlines()
+        assert summary_of(log) == pytest_summary(f"test_lowering.py::{name}", f"test_lowering.SpecViolationError: {LONG}")
+
+
+def test_a_qnn_op_builder_failure_in_a_pytest_ci_log_is_op_validation():
+    """Real HTP lowering output of a broken QNN op builder (corpus/untrained), as the CI job running
+    test_qnn_delegate.py prints it: the summary line has no room for a message, so it was the
+    failure's line and the rules read a test id, not the builder's error."""
+    from triage_rules.corpus import UNTRAINED_DIR, load_corpus
+
+    [record] = [r for r in load_corpus(UNTRAINED_DIR / "qnn_simulator_of_executorch.jsonl")
+                if r.id == "gen-qnn-op_add-47-16-swap_arguments-attention"]
+    test = "TestQNNQuantizedOperator.test_qnn_backend_element_wise_add"
+    nodeid = "backends/qualcomm/tests/test_qnn_delegate.py::" + test.replace(".", "::")
+    log = "\n".join([pytest_section("FAILURES", "="), pytest_section(test), record.excerpt,
+                     pytest_section("short test summary info", "="), pytest_summary(nodeid, record.failure_line.strip())])
+    assert pytest_summary(nodeid, record.failure_line) == f"FAILED {nodeid}"
+    [failure] = classify_text(log)
+    assert failure.line == record.failure_line.strip() and failure.test == nodeid
+    assert failure.category == "qnn_op_validation"
