@@ -99,7 +99,9 @@ _BOILERPLATE: list[tuple[re.Pattern[str], int, str]] = [
                 r"|^-- Configuring incomplete, errors occurred"), 20, "build_wrapper"),
     (re.compile(r"^Lint failed!?$|^>>> General linter failure|^\[  FAILED  \] \d+ tests?, listed below"
                 r"|stopping after \d+ failures|^=+ .*\b\d+ (?:failed|errors?)\b.*=+$|^FAILED \((?:failures|errors)="
-                r"|^The following tests failed|^\d+ failed,|^(?:\S+ )?\d+/\d+ failed!?\s*$"), 20, "summary"),
+                r"|^The following tests failed|^\d+ failed,|^(?:\S+ )?\d+/\d+ failed!?\s*$"
+                # pytest's count of the collection errors it reported above, not one of its own
+                r"|Interrupted: \d+ errors? during collection"), 20, "summary"),
 ]
 
 _KINDS: list[tuple[str, re.Pattern[str], int]] = [
@@ -119,7 +121,7 @@ _KINDS: list[tuple[str, re.Pattern[str], int]] = [
     ("benchmark_verdict", re.compile(r"^(?P<test>[A-Za-z]\w*)\s+(?:FAIL|IMPROVED):\s*(?P<msg>.*)"), 80),
     ("test_file_signal", re.compile(r"^(?:RuntimeError: )?(?P<test>\S+) \d+/\d+ failed!.*[Ss]ignal"), 82),
     ("test_file_failed", re.compile(r"^(?:RuntimeError: )?(?P<test>\S+) \d+/\d+ failed!"), 60),
-    ("pytest_interrupted", re.compile(r"^!{3,} (?P<msg>.*?(?:Interrupt|[Ee]rror).*?) !{3,}$|^Interrupted: \d+ errors? during collection"), 72),
+    ("pytest_interrupted", re.compile(r"^!{3,} (?P<msg>.*?(?:Interrupt|[Ee]rror).*?) !{3,}$"), 72),
     ("lint_path", re.compile(r"^>>> Lint for (?P<test>.+?):?$"), 78),
     ("lint_error", re.compile(r"^\s*Error \((?P<code>[\w-]+)\) (?P<msg>.*)"), 75),
     ("flake8", re.compile(r"^(?P<file>\S+\.pyi?):(?P<line>\d+):\d+: (?P<code>[A-Z]+\d+) (?P<msg>.*)"), 68),

@@ -161,3 +161,31 @@ def test_a_qnn_op_builder_failure_in_a_pytest_ci_log_is_op_validation():
     [failure] = classify_text(log)
     assert failure.line == record.failure_line.strip() and failure.test == nodeid
     assert failure.category == "qnn_op_validation"
+
+
+def test_a_collection_error_is_one_failure_not_two(tmp_path):
+    """pytest's `Interrupted: 1 error during collection` counts the error it reported above."""
+    (tmp_path / "test_qnn_backend_import_of_a_module_with_a_rather_long_name_for_its_test.py").write_text(
+        "import executorch_module_that_is_not_built\n")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "."], cwd=tmp_path,
+                         env=os.environ | {"COLUMNS": "80"}, capture_output=True, text=True, timeout=120)
+    assert "Interrupted: 1 error during collection" in run.stdout
+    [failure] = classify_text(run.stdout)
+    assert failure.exception == "ModuleNotFoundError" and failure.category == "import_or_env"
+    assert failure.test == "test_qnn_backend_import_of_a_module_with_a_rather_long_name_for_its_test.py"
+
+
+@pytest.mark.parametrize("runner, quiet", [("pytest", []), ("pytest", ["-q"]), ("unittest", [])])
+def test_a_log_holding_only_the_runners_count_has_its_error_elsewhere(tmp_path, runner, quiet):
+    """The tests' reports went elsewhere (a sub-job, an artifact, a cut log): the count says no
+    failure, so the verdict is "the real error is not in this log", never a category guessed
+    from the words `failed` and `passed`."""
+    (tmp_path / "test_lowering.py").write_text(UNITTEST_FILE.format(name=SHORT_NAME))
+    command = ["-m", "pytest", "-p", "no:cacheprovider", *quiet, "test_lowering.py"] if runner == "pytest" else [
+        "-m", "unittest", "test_lowering"]
+    run = subprocess.run([sys.executable, *command], cwd=tmp_path, env=os.environ | {"COLUMNS": "80"},
+                         capture_output=True, text=True, timeout=120)
+    count = (run.stdout + run.stderr).strip().splitlines()[-1]
+    assert "1 failed in " in count or count == "FAILED (errors=1)", count
+    [failure] = classify_text(f"+ python {' '.join(command)}\n{count}\n", failed=True)
+    assert (failure.rule, failure.category, failure.error_not_in_log) == ("test-count-only", "other", True)
