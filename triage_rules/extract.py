@@ -118,7 +118,6 @@ class FailureGroup:
             else:
                 del self.evidence[0 if weakest else 1]
 
-
     def restated(self) -> Candidate | None:
         """The line pytest's summary line restates, when the group's best line is a summary line:
         the same test's exception line that the summary's `Error: message` starts (a summary cut to
