@@ -47,7 +47,7 @@ PREFILTER_LITERALS: tuple[str, ...] = (
     # QnnDsp/`N/M failed! Received signal` lines; the rest are failure lines with no such word.
     "rror", "RROR", "ail", "AIL", "atal", "xception", "Interrupt", "enied", "imed out", "took >",
     "Killed", "Segmentation", "dumped", "No space", "registered", "Missing", "undefined ref",
-    "kernel '", "Unsupported", "SymNode", "Lint for", "____ ", "_ test", "_ Test", ".test", "=====", "rate limit", "efusing",
+    "kernel '", "Unsupported", "SymNode", "SEGFAULT", "ILLEGAL", "[ RUN ", "Lint for", "____ ", "_ test", "_ Test", ".test", "=====", "rate limit", "efusing",
     "maximum", "dirty", "SIG", "mashing", "CONFLICT (",
     # Problems stated without the word error (device labs, QNN, numerics, linters): found by
     # the `problem` kind below, which only wins when a log holds nothing stronger.
@@ -101,7 +101,11 @@ _BOILERPLATE: list[tuple[re.Pattern[str], int, str]] = [
                 r"|stopping after \d+ failures|^=+ .*\b\d+ (?:failed|errors?)\b.*=+$|^FAILED \((?:failures|errors)="
                 r"|^The following tests failed|^\d+ failed,|^(?:\S+ )?\d+/\d+ failed!?\s*$"
                 # pytest's count of the collection errors it reported above, not one of its own
-                r"|Interrupted: \d+ errors? during collection"), 20, "summary"),
+                r"|Interrupted: \d+ errors? during collection"
+                # ctest's and buck2's counts and lists of the tests that failed (their output is above, or elsewhere)
+                r"|^\d+% tests passed, \d+ tests? failed out of \d+|^The following tests FAILED:|^Errors while running CTest"
+                r"|^Tests finished: Pass \d+\. Fail \d+|^\d+ TESTS FAILED$"
+                r"|^Test execution completed but the tests failed"), 20, "summary"),
 ]
 
 _KINDS: list[tuple[str, re.Pattern[str], int]] = [
@@ -112,6 +116,8 @@ _KINDS: list[tuple[str, re.Pattern[str], int]] = [
         r"^(?:FAIL|ERROR)(?: \[[\d.]+s\])?: (?P<name>test\w*) \((?:__main__\.)?(?P<cls>[\w.]+)\)"), 66),
     # googletest's assertion location (`file:line: Failure`): names where, unlike the summaries
     ("gtest_assertion", re.compile(r"^(?P<file>[\w./+-]+\.(?:cpp|cc|cxx|h|hpp)):(?P<line>\d+): Failure$"), 86),
+    # googletest starting a test: what follows is that test's (no failure of its own)
+    ("gtest_run", re.compile(r"^\[ RUN      \] (?P<test>[\w/.]+)"), 0),
     ("gtest_failed", re.compile(r"^\[  FAILED  \] (?P<test>[\w/.]+)"), 80),
     ("probe_failure", re.compile(r"\bProbeFailure: \[(?P<cat>\w+)\] (?P<msg>.*)"), 88),
     # at least one `_` a side: pytest fills the terminal's width, a long test id leaves `_ id _`
@@ -119,6 +125,17 @@ _KINDS: list[tuple[str, re.Pattern[str], int]] = [
     ("pytest_progress_failed", re.compile(r"^(?P<test>\S+::\S+)(?: <- \S+)? (?:FAILED|ERROR)\b"), 55),
     ("test_verdict", re.compile(r"^(?P<test>[\w./:]+) - failed\b"), 80),
     ("benchmark_verdict", re.compile(r"^(?P<test>[A-Za-z]\w*)\s+(?:FAIL|IMPROVED):\s*(?P<msg>.*)"), 80),
+    # ctest's verdicts, in its progress (`3/5 Test #3: op_mul_test ....***Exception: SegFault  0.14 sec`)
+    # and its list of failed tests (`3 - op_mul_test (SEGFAULT)`): a crash, a time-out, or a plain
+    # failure, whose output (`--output-on-failure`) follows the progress line or went elsewhere: no
+    # failure of its own beside a real one (the test's output names a finer test, googletest's)
+    ("ctest_crash", re.compile(r"^\d+/\d+ Test +#\d+: (?P<test>\S+) \.*\s*(?P<msg>(?:Subprocess aborted)?\*{3}Exception:.*?)"
+                               r"\s+[\d.]+ sec$|^\d+ - (?P<test2>\S+) \((?P<msg2>SEGFAULT|Subprocess aborted|ILLEGAL|BUS ERROR"
+                               r"|Child aborted|OTHER_FAULT|Exception)\)$"), 82),
+    ("ctest_timeout", re.compile(r"^\d+/\d+ Test +#\d+: (?P<test>\S+) \.*\s*(?P<msg>\*{3}Timeout)\s+[\d.]+ sec$"
+                                 r"|^\d+ - (?P<test2>\S+) \((?P<msg2>Timeout)\)$"), 60),
+    ("ctest_failed", re.compile(r"^\d+/\d+ Test +#\d+: (?P<test>\S+) \.*\s*(?P<msg>\*{3}Failed)\s+[\d.]+ sec$"
+                                r"|^\d+ - (?P<test2>\S+) \((?P<msg2>Failed)\)$"), 30),
     ("test_file_signal", re.compile(r"^(?:RuntimeError: )?(?P<test>\S+) \d+/\d+ failed!.*[Ss]ignal"), 82),
     ("test_file_failed", re.compile(r"^(?:RuntimeError: )?(?P<test>\S+) \d+/\d+ failed!"), 60),
     ("pytest_interrupted", re.compile(r"^!{3,} (?P<msg>.*?(?:Interrupt|[Ee]rror).*?) !{3,}$"), 72),
@@ -255,7 +272,7 @@ def _classify_kind(content: str, stripped: str) -> LineInfo | None:
 
 def _build(kind: str, score: int, match: re.Match[str], stripped: str) -> LineInfo:
     groups = match.groupdict()
-    test = groups.get("test")
+    test = groups.get("test") or groups.get("test2")
     message = groups.get("msg") or groups.get("msg2") or stripped
     exception = None
     frame = None
@@ -293,7 +310,8 @@ def _build(kind: str, score: int, match: re.Match[str], stripped: str) -> LineIn
         code = errors.find_error_code(message)
         if code is not None:
             message = f"{message} [{errors.describe(code)}]"
-    sets_test = kind in ("pytest_section", "unittest_header")
+    # ctest's progress verdict comes before the test's output (`--output-on-failure`)
+    sets_test = kind in ("pytest_section", "unittest_header", "gtest_run") or kind.startswith("ctest_") and bool(groups.get("test"))
     return LineInfo(kind, score, test, exception, message, frame, sets_test=sets_test)
 
 

@@ -8,8 +8,11 @@ message; a whole summary line stays the failure's line, as PyTorch's CI marks it
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+
+from pathlib import Path
 
 import pytest
 
@@ -189,3 +192,70 @@ def test_a_log_holding_only_the_runners_count_has_its_error_elsewhere(tmp_path, 
     assert "1 failed in " in count or count == "FAILED (errors=1)", count
     [failure] = classify_text(f"+ python {' '.join(command)}\n{count}\n", failed=True)
     assert (failure.rule, failure.category, failure.error_not_in_log) == ("test-count-only", "other", True)
+
+
+CTEST_PROJECT = '''cmake_minimum_required(VERSION 3.16)
+project(runner_output {languages})
+enable_testing()
+{body}
+'''
+CRASHES = '''
+add_test(NAME op_add_test COMMAND sh -c "exit 1")
+add_test(NAME op_sub_test COMMAND sh -c "exit 0")
+add_test(NAME op_mul_test COMMAND sh -c "kill -SEGV $$")
+add_test(NAME op_div_test COMMAND sh -c "kill -ABRT $$")
+add_test(NAME op_hang_test COMMAND sleep 30)
+set_tests_properties(op_hang_test PROPERTIES TIMEOUT 1)
+'''
+GTESTS = '''
+find_package(GTest REQUIRED)
+add_executable(op_add_test op_add_test.cpp)
+target_link_libraries(op_add_test GTest::gtest_main)
+add_test(NAME op_add_test COMMAND op_add_test)
+add_executable(method_test method_test.cpp)
+target_link_libraries(method_test GTest::gtest_main)
+add_test(NAME method_test COMMAND method_test)
+'''
+
+
+def ctest_log(tmp_path, body: str, languages: str = "NONE", **sources: str) -> str:
+    """What `ctest --output-on-failure` prints for a real CMake project (ExecuTorch's C++ tests run so)."""
+    (tmp_path / "CMakeLists.txt").write_text(CTEST_PROJECT.format(languages=languages, body=body))
+    for name, text in sources.items():
+        (tmp_path / name.replace("_cpp", ".cpp")).write_text(text)
+    subprocess.run(["cmake", "-S", ".", "-B", "build"], cwd=tmp_path, check=True, capture_output=True, timeout=300)
+    subprocess.run(["cmake", "--build", "build"], cwd=tmp_path, check=True, capture_output=True, timeout=300)
+    run = subprocess.run(["ctest", "--output-on-failure"], cwd=tmp_path / "build", capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0 and "The following tests FAILED:" in run.stdout, run.stdout + run.stderr
+    return run.stdout
+
+
+@pytest.mark.skipif(not shutil.which("ctest"), reason="needs cmake's ctest (scripts/system-deps.sh)")
+def test_ctests_crashes_and_time_outs_are_the_tests_never_excused(tmp_path):
+    """A crash is `runtime_error` and judged against the base; a test's own time limit too. A
+    test that failed without output has no failure of its own beside them (its error is not in
+    the log), and the neighbouring test's crash in ctest's list is not its reading."""
+    log = ctest_log(tmp_path, CRASHES)
+    found = {f.test: f for f in classify_text(log, failed=True)}
+    assert sorted(found) == ["op_div_test", "op_hang_test", "op_mul_test"], [(f.test, f.line) for f in found.values()]
+    assert {t: (f.category, f.rule, f.environment) for t, f in found.items()} == {
+        "op_mul_test": ("runtime_error", "runtime-crash", False),
+        "op_div_test": ("runtime_error", "runtime-crash", False),
+        "op_hang_test": ("runtime_error", "test-time-limit", False)}
+    (tmp_path / "silent").mkdir()
+    [only] = classify_text(ctest_log(tmp_path / "silent", 'add_test(NAME op_add_test COMMAND sh -c "exit 1")'), failed=True)
+    assert (only.test, only.rule, only.category, only.error_not_in_log) == ("op_add_test", "test-count-only", "other", True)
+
+
+@pytest.mark.skipif(not (shutil.which("ctest") and shutil.which("g++") and Path("/usr/include/gtest/gtest.h").exists()),
+                    reason="needs cmake, g++ and googletest (scripts/system-deps.sh)")
+def test_googletests_failure_is_its_own_test_once_and_a_crash_is_kept(tmp_path):
+    log = ctest_log(tmp_path, GTESTS, "CXX",
+                    op_add_test_cpp='#include <gtest/gtest.h>\nTEST(OpAddOutTest, BroadcastSupported) { EXPECT_EQ(1 + 1, 3); }\n'
+                                    'TEST(OpAddOutTest, Passes) { EXPECT_EQ(2, 2); }\n',
+                    method_test_cpp='#include <gtest/gtest.h>\nTEST(MethodTest, TwoMethods) { volatile int* p = nullptr; *p = 1; }\n')
+    failures = classify_text(log, failed=True)
+    assert [(f.test, f.rule) for f in failures] == [("OpAddOutTest.BroadcastSupported", "gtest-assertion"),
+                                                    ("method_test", "runtime-crash")]
+    assert failures[0].line.endswith("op_add_test.cpp:2: Failure")
+    assert failures[1].category == "runtime_error" and not failures[1].environment
