@@ -184,29 +184,27 @@ def _line_a_rule_knows(lines: list[str], job_name: str | None, best: int) -> int
 def to_failure(group: FailureGroup, job_name: str | None = None) -> Failure:
     """One Failure record from an extracted group, classified by the rule set."""
     best = group.stated()
-    # what the failure is read from: a whole summary line's traceback, not the other tests' summaries
-    read = group.restated() or best
     with_exception = best if best.info.exception else next(
         (c for c in sorted(group.evidence, key=lambda c: -c.score) if c.info.exception), None
     )
     exception = with_exception.info.exception if with_exception else None
     message = best.info.message if best.info.exception or not with_exception else with_exception.info.message
-    frames = read.frames or next((c.frames for c in group.evidence if c.frames), [])
+    frames = best.frames or next((c.frames for c in group.evidence if c.frames), [])
     failure = Failure(
         line=best.line,
         line_no=best.line_no,
         test=group.test,
         exception=exception,
         message=message or best.line.strip(),
-        context=read.context,
+        context=best.context,
         frames=list(frames),
         fingerprint=fingerprint(group.test or "", exception or "", message or best.line),
     )
     evidence = tuple(c.line for c in sorted(group.evidence, key=lambda c: c.line_no) if c is not best)
-    nearby = [line for line in read.neighbourhood if line not in evidence]
+    nearby = [line for line in best.neighbourhood if line not in evidence]
     failure.evidence = [line[:400] for line in (*evidence[:MAX_EVIDENCE_LINES], *nearby)]
     # the lines just around it, as the comment shows them: a generic reading may be made specific
-    around = tuple(line for line in read.context if line not in evidence)
+    around = tuple(line for line in best.context if line not in evidence)
     apply_rules(failure, evidence, job_name, best.info.kind, nearby=around)
     return failure
 
