@@ -1,5 +1,6 @@
 """What real test runners print in a CI job (no tty: 80 columns), read back: one failure per test,
-its test id, and the line that states it. The logs are real runs of pytest and unittest.
+its test id, and the line that states it. The logs are real runs of pytest, unittest, and ctest
+over googletest.
 
 pytest cuts its summary line to the terminal's width: `FAILED t.py::T::test - SpecViolationError:
 call_module is not va...`. The failure's line is then the traceback's exception line, with the whole
@@ -11,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-
 from pathlib import Path
 
 import pytest
@@ -34,12 +34,16 @@ SHORT_NAME = "test_two_methods"
 LONG_NAME = "test_multi_method_to_backend_two_methods_different_partitioners_with_several_submodules"
 
 
+def ci_env() -> dict[str, str]:
+    """A CI job's terminal: none, so 80 columns; none of this pytest run's own settings."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COLUMNS"))} | {"COLUMNS": "80"}
+
+
 def pytest_log(tmp_path, raised: str, *options: str, name: str = SHORT_NAME) -> str:
     """What `python -m pytest` prints for one failing test, as a CI job's log has it (no tty)."""
     (tmp_path / "test_lowering.py").write_text(TEST_FILE.format(raised=raised, name=name))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COLUMNS"))} | {"COLUMNS": "80"}
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rf", *options, "test_lowering.py"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+                         cwd=tmp_path, env=ci_env(), capture_output=True, text=True, timeout=120)
     assert run.returncode == 1, run.stdout + run.stderr
     return run.stdout
 
@@ -160,7 +164,7 @@ def test_a_collection_error_is_one_failure_not_two(tmp_path):
     (tmp_path / "test_qnn_backend_import_of_a_module_with_a_rather_long_name_for_its_test.py").write_text(
         "import executorch_module_that_is_not_built\n")
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "."], cwd=tmp_path,
-                         env=os.environ | {"COLUMNS": "80"}, capture_output=True, text=True, timeout=120)
+                         env=ci_env(), capture_output=True, text=True, timeout=120)
     assert "Interrupted: 1 error during collection" in run.stdout
     [failure] = classify_text(run.stdout)
     assert failure.exception == "ModuleNotFoundError" and failure.category == "import_or_env"
@@ -175,7 +179,7 @@ def test_a_log_holding_only_the_runners_count_has_its_error_elsewhere(tmp_path, 
     (tmp_path / "test_lowering.py").write_text(UNITTEST_FILE.format(name=SHORT_NAME))
     command = ["-m", "pytest", "-p", "no:cacheprovider", *quiet, "test_lowering.py"] if runner == "pytest" else [
         "-m", "unittest", "test_lowering"]
-    run = subprocess.run([sys.executable, *command], cwd=tmp_path, env=os.environ | {"COLUMNS": "80"},
+    run = subprocess.run([sys.executable, *command], cwd=tmp_path, env=ci_env(),
                          capture_output=True, text=True, timeout=120)
     count = (run.stdout + run.stderr).strip().splitlines()[-1]
     assert "1 failed in " in count or count == "FAILED (errors=1)", count
