@@ -118,32 +118,26 @@ class FailureGroup:
             else:
                 del self.evidence[0 if weakest else 1]
 
-    def restated(self) -> Candidate | None:
-        """The line pytest's summary line restates, when the group's best line is a summary line:
-        the same test's exception line that the summary's `Error: message` starts (a summary cut to
-        the terminal's width ends in `...`), or, for a summary with no message, the group's best
-        line that is not a header naming the test. None otherwise."""
+    def stated(self) -> Candidate:
+        """The line that states the failure: the best one, unless that is pytest's summary line
+        without the whole message. Without a terminal (CI) pytest cuts the summary to 80 columns:
+        `FAILED t.py::T::t - SpecViolationError: call_mo...`, `... - SpecViolationError:...`, or,
+        for a long test id, no message at all. Then the same test's exception line the summary's
+        `Error: message` starts, or, with no message, the group's best line that is not a header
+        naming the test. A whole summary line stays (PyTorch's CI marks it as the failure's line)."""
         best = self.best
         if best.info.kind != "pytest_summary":
-            return None
+            return best
         if best.info.exception:
-            said = f"{best.info.exception}: {best.info.message.removesuffix('...')}".rstrip(" :")
+            if not best.info.message.endswith("..."):
+                return best
+            said = f"{best.info.exception}: {best.info.message[:-3]}".rstrip(" :")
             lines = [c for c in self.evidence if c.info.exception and f"{c.info.exception}: {c.info.message}".startswith(said)]
         elif best.info.message == best.line.strip():  # no message
             lines = [c for c in self.evidence if c.score >= REAL_FAILURE and c.info.kind not in _NAMES_THE_TEST]
-        else:  # a message naming no exception
-            return None
-        return max((c for c in lines if c is not best), key=lambda c: c.score, default=None)  # ties: the earlier
-
-    def stated(self) -> Candidate:
-        """The line that states the failure: the best one, unless that is pytest's summary line
-        without the whole message: then the line it restates (`restated`). Without a terminal (CI)
-        pytest cuts the summary to 80 columns: `FAILED t.py::T::t - SpecViolationError: call_mo...`,
-        `... - SpecViolationError:...`, or, for a long test id, no message at all. A whole summary
-        line stays (PyTorch's CI marks it as the failure's line)."""
-        best = self.best
-        whole = best.info.exception and not best.info.message.endswith("...")
-        return best if whole else self.restated() or best
+        else:  # a message naming no exception: whole, as far as can be told
+            return best
+        return max((c for c in lines if c is not best), key=lambda c: c.score, default=best)  # ties: the earlier
 
 
 def _better_test_id(new: str, old: str) -> bool:
