@@ -118,6 +118,8 @@ _KINDS: list[tuple[str, re.Pattern[str], int]] = [
     ("gtest_assertion", re.compile(r"^(?P<file>[\w./+-]+\.(?:cpp|cc|cxx|h|hpp)):(?P<line>\d+): Failure$"), 86),
     # googletest starting a test: what follows is that test's (no failure of its own)
     ("gtest_run", re.compile(r"^\[ RUN      \] (?P<test>[\w/.]+)"), 0),
+    # `ctest -V`'s header of each test's output: its timeout's "timeout" is no time-out
+    ("ctest_header", re.compile(r"^Test (?:command|timeout computed to be): |^Working Directory: "), 0),
     ("gtest_failed", re.compile(r"^\[  FAILED  \] (?P<test>[\w/.]+)"), 80),
     ("probe_failure", re.compile(r"\bProbeFailure: \[(?P<cat>\w+)\] (?P<msg>.*)"), 88),
     # at least one `_` a side: pytest fills the terminal's width, a long test id leaves `_ id _`

@@ -20,6 +20,9 @@ GHA_COMMAND_RE = re.compile(r"^##\[(\w[\w-]*)(?:[^\]]*)\]")
 # What a launcher or a quoting reader puts before every line: torchrun's `[rank0]:` (and the
 # older `[default0]:`), and a quote's `> ` (a log pasted into an issue or an email reply).
 LINE_PREFIX_RE = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s?|>(?: |$))")
+# `ctest -V` puts the test's number before each line of its output (`2: [ RUN      ] X.Y`),
+# which it prints before the test's verdict.
+CTEST_PREFIX_RE = re.compile(r"^\d{1,4}: (?=\S)")
 
 
 class LogReadError(Exception):
@@ -31,7 +34,7 @@ def clean_line(raw: str) -> str:
 
     A carriage return inside a line is a progress bar redrawing itself; keep the last frame.
     """
-    line = TIMESTAMP_RE.sub("", raw, count=1) if raw[:1].isdigit() or raw[:1] == "\ufeff" else raw
+    line = _unstamped(raw) if raw[:1].isdigit() or raw[:1] == "\ufeff" else raw
     if "\x1b" in line:
         line = ANSI_RE.sub("", line)
     if "\r" in line:
@@ -50,8 +53,13 @@ def clean_lines(text: str) -> list[str]:
         return [clean_line(line) for line in text.split("\n")]
     if "[rank" in text or "[default" in text or "\n>" in text or text.startswith(">"):
         return [clean_line(line) for line in text.split("\n")]
-    sub = TIMESTAMP_RE.sub
-    return [(sub("", line, count=1) if line[:1].isdigit() else line).rstrip() for line in text.split("\n")]
+    return [(_unstamped(line) if line[:1].isdigit() else line).rstrip() for line in text.split("\n")]
+
+
+def _unstamped(line: str) -> str:
+    """A line without its timestamp and without `ctest -V`'s test number."""
+    line = TIMESTAMP_RE.sub("", line, count=1)
+    return CTEST_PREFIX_RE.sub("", line, count=1) if line[:1].isdigit() else line
 
 
 def gha_command(line: str) -> tuple[str | None, str]:

@@ -244,24 +244,27 @@ add_test(NAME method_test COMMAND method_test)
 '''
 
 
-def ctest_log(tmp_path, body: str, languages: str = "NONE", **sources: str) -> str:
-    """What `ctest --output-on-failure` prints for a real CMake project (ExecuTorch's C++ tests run so)."""
+def ctest_log(tmp_path, body: str, languages: str = "NONE", verbose: bool = False, **sources: str) -> str:
+    """What `ctest --output-on-failure` prints for a real CMake project (ExecuTorch's C++ tests run
+    so); or `ctest -V`: each test's output before its verdict, each line after the test's number."""
     (tmp_path / "CMakeLists.txt").write_text(CTEST_PROJECT.format(languages=languages, body=body))
     for name, text in sources.items():
         (tmp_path / name.replace("_cpp", ".cpp")).write_text(text)
     subprocess.run(["cmake", "-S", ".", "-B", "build"], cwd=tmp_path, check=True, capture_output=True, timeout=300)
     subprocess.run(["cmake", "--build", "build"], cwd=tmp_path, check=True, capture_output=True, timeout=300)
-    run = subprocess.run(["ctest", "--output-on-failure"], cwd=tmp_path / "build", capture_output=True, text=True, timeout=300)
+    run = subprocess.run(["ctest", "-V" if verbose else "--output-on-failure"], cwd=tmp_path / "build",
+                         capture_output=True, text=True, timeout=300)
     assert run.returncode != 0 and "The following tests FAILED:" in run.stdout, run.stdout + run.stderr
     return run.stdout
 
 
 @pytest.mark.skipif(not shutil.which("ctest"), reason="needs cmake's ctest (scripts/system-deps.sh)")
-def test_ctests_crashes_and_time_outs_are_the_tests_never_excused(tmp_path):
+@pytest.mark.parametrize("verbose", [False, True])
+def test_ctests_crashes_and_time_outs_are_the_tests_never_excused(tmp_path, verbose):
     """A crash is `runtime_error` and judged against the base; a test's own time limit too. A
     test that failed without output has no failure of its own beside them (its error is not in
     the log), and the neighbouring test's crash in ctest's list is not its reading."""
-    log = ctest_log(tmp_path, CRASHES)
+    log = ctest_log(tmp_path, CRASHES, verbose=verbose)
     found = {f.test: f for f in classify_text(log, failed=True)}
     assert sorted(found) == ["op_div_test", "op_hang_test", "op_mul_test"], [(f.test, f.line) for f in found.values()]
     assert {t: (f.category, f.rule, f.environment) for t, f in found.items()} == {
@@ -269,14 +272,18 @@ def test_ctests_crashes_and_time_outs_are_the_tests_never_excused(tmp_path):
         "op_div_test": ("runtime_error", "runtime-crash", False),
         "op_hang_test": ("runtime_error", "test-time-limit", False)}
     (tmp_path / "silent").mkdir()
-    [only] = classify_text(ctest_log(tmp_path / "silent", 'add_test(NAME op_add_test COMMAND sh -c "exit 1")'), failed=True)
+    [only] = classify_text(ctest_log(tmp_path / "silent", 'add_test(NAME op_add_test COMMAND sh -c "exit 1")',
+                                     verbose=verbose), failed=True)
     assert (only.test, only.rule, only.category, only.error_not_in_log) == ("op_add_test", "test-count-only", "other", True)
 
 
 @pytest.mark.skipif(not (shutil.which("ctest") and shutil.which("g++") and Path("/usr/include/gtest/gtest.h").exists()),
                     reason="needs cmake, g++ and googletest (scripts/system-deps.sh)")
-def test_googletests_failure_is_its_own_test_once_and_a_crash_is_kept(tmp_path):
-    log = ctest_log(tmp_path, GTESTS, "CXX",
+@pytest.mark.parametrize("verbose", [False, True])
+def test_googletests_failure_is_its_own_test_once_and_a_crash_is_kept(tmp_path, verbose):
+    """With `-V` every output line starts with the test's number (`1: [ RUN      ] X.Y`): the
+    assertion was not read, and op_add_test's failure was lost beside method_test's crash."""
+    log = ctest_log(tmp_path, GTESTS, "CXX", verbose=verbose,
                     op_add_test_cpp='#include <gtest/gtest.h>\nTEST(OpAddOutTest, BroadcastSupported) { EXPECT_EQ(1 + 1, 3); }\n'
                                     'TEST(OpAddOutTest, Passes) { EXPECT_EQ(2, 2); }\n',
                     method_test_cpp='#include <gtest/gtest.h>\nTEST(MethodTest, TwoMethods) { volatile int* p = nullptr; *p = 1; }\n')
