@@ -130,7 +130,7 @@ class FailureGroup:
             return best
         if best.info.exception:
             if not best.info.message.endswith("..."):
-                return best
+                return self._beside_restated(best)
             said = f"{best.info.exception}: {best.info.message[:-3]}".rstrip(" :")
             lines = [c for c in self.evidence if c.info.exception and f"{c.info.exception}: {c.info.message}".startswith(said)]
         elif best.info.message == best.line.strip():  # no message
@@ -138,6 +138,21 @@ class FailureGroup:
         else:  # a message naming no exception: whole, as far as can be told
             return best
         return max((c for c in lines if c is not best), key=lambda c: c.score, default=best)  # ties: the earlier
+
+
+    def _beside_restated(self, summary: Candidate) -> Candidate:
+        """A whole summary line stands for the exception line it restates: when another of the
+        test's lines outranks that one (a backend's own error under the generic exception that
+        wraps it: `[ERROR] [Qnn ExecuTorch]: ... Failed to append node` under `AssertionError:
+        Failed to generate Qnn context binary.`), that line states the failure, as it does where
+        the test's output stands alone."""
+        said = (summary.info.exception.rsplit(".", 1)[-1], summary.info.message)
+        restated = [c.score for c in self.evidence if c is not summary and c.info.exception
+                    and (c.info.exception.rsplit(".", 1)[-1], c.info.message) == said]
+        if not restated:
+            return summary
+        top = max((c for c in self.evidence if c.info.kind not in _NAMES_THE_TEST), key=lambda c: c.score, default=None)
+        return top if top is not None and top.score > max(restated) else summary
 
 
 def _better_test_id(new: str, old: str) -> bool:
