@@ -119,12 +119,13 @@ class FailureGroup:
                 del self.evidence[0 if weakest else 1]
 
     def stated(self) -> Candidate:
-        """The line that states the failure: the best one, unless that is pytest's summary line
-        without the whole message. Without a terminal (CI) pytest cuts the summary to 80 columns:
-        `FAILED t.py::T::t - SpecViolationError: call_mo...`, `... - SpecViolationError:...`, or,
-        for a long test id, no message at all. Then the same test's exception line the summary's
+        """The line that states the failure: the best one, unless that is pytest's summary line.
+        Without a terminal and without `CI` set, pytest cuts the summary to 80 columns: `FAILED
+        t.py::T::t - SpecViolationError: call_mo...`, `... - SpecViolationError:...`, or, for a
+        long test id, no message at all. Then the same test's exception line the summary's
         `Error: message` starts, or, with no message, the group's best line that is not a header
-        naming the test. A whole summary line stays (PyTorch's CI marks it as the failure's line)."""
+        naming the test. A whole summary line stays (PyTorch's CI marks it as the failure's
+        line), unless a line outranks the one it restates (_beside_restated)."""
         best = self.best
         if best.info.kind != "pytest_summary":
             return best
@@ -138,7 +139,6 @@ class FailureGroup:
         else:  # a message naming no exception: whole, as far as can be told
             return best
         return max((c for c in lines if c is not best), key=lambda c: c.score, default=best)  # ties: the earlier
-
 
     def _beside_restated(self, summary: Candidate) -> Candidate:
         """A whole summary line stands for the exception line it restates: when another of the
