@@ -192,15 +192,16 @@ def test_qnn_op_builder_failures_in_a_pytest_log_are_op_validation(ci):
     [record] = [r for r in records if r.id == "gen-qnn-op_add-47-16-swap_arguments-attention"]
     summary = pytest_summary(QNN_NODEID, raised(record), ci=ci)
     assert (summary == f"FAILED {QNN_NODEID}") != ci
-    wrapped = 0
+    under_the_wrapper = 0  # whole: the builder's line states it, not the summary restating the wrapper
     for r in records:
         [alone] = classify_text(r.excerpt)
         [failure] = classify_text(qnn_pytest_log(r, ci))
         restated = pytest_summary(QNN_NODEID, alone.line, ci=True)
         assert failure.line in ((alone.line, restated) if ci else (alone.line,)), r.id
         assert failure.test == QNN_NODEID
-        wrapped += ci and failure.line == alone.line
-    assert wrapped >= 5 if ci else wrapped == 0  # 11 of 90: the builder's line under the wrapper
+        under_the_wrapper += ci and failure.line == alone.line
+    if ci:
+        assert under_the_wrapper >= 5  # 11 of 90
     found = [classify_text(qnn_pytest_log(r, ci))[0].category for r in records]
     assert found.count("qnn_op_validation") >= 80  # 83 measured, cut or whole
 
