@@ -146,13 +146,17 @@ class FailureGroup:
         wraps it: `[ERROR] [Qnn ExecuTorch]: ... Failed to append node` under `AssertionError:
         Failed to generate Qnn context binary.`), that line states the failure, as it does where
         the test's output stands alone."""
-        said = (summary.info.exception.rsplit(".", 1)[-1], summary.info.message)
-        restated = [c.score for c in self.evidence if c is not summary and c.info.exception
-                    and (c.info.exception.rsplit(".", 1)[-1], c.info.message) == said]
+        said = _raised(summary)
+        restated = [c.score for c in self.evidence if c is not summary and c.info.exception and _raised(c) == said]
         if not restated:
             return summary
         top = max((c for c in self.evidence if c.info.kind not in _NAMES_THE_TEST), key=lambda c: c.score, default=None)
         return top if top is not None and top.score > max(restated) else summary
+
+
+def _raised(cand: Candidate) -> tuple[str, str]:
+    """What a line says was raised, whatever module the exception's name is given in."""
+    return cand.info.exception.rsplit(".", 1)[-1], cand.info.message
 
 
 def _better_test_id(new: str, old: str) -> bool:
