@@ -38,6 +38,7 @@ MAX_GROUPS = 256
 MAX_EVIDENCE = 24
 MAX_FRAMES = 40
 CLUSTER_GAP = 50  # lines; candidates closer than this without a test id are one incident
+FAULTHANDLER_LINES = 400  # faulthandler's dump: 100 frames a thread, the crashing thread last
 MAX_LINE_CHARS = 1 << 26
 FALLBACK_CHARS = 1 << 16  # the log's tail kept for a failed job whose log matched nothing
 REAL_FAILURE = 40  # groups below this score are wrappers/boilerplate, dropped when a real one exists
@@ -71,10 +72,30 @@ class Around:
     after: int = 0
     skip_blank: bool = False
 
-    def lines(self) -> list[str]:
+    def lines(self, own: str | None = None) -> list[str]:
+        """The lines around; for a test's line (`own`, its test key) only those up to a line that
+        names another test or ends the test's section: pytest's summary lists each failed test
+        on one line, and the next test's `FAILED ... - AssertionError: buffers_to_mutate lost
+        ...` says nothing of this one, nor does the traceback above `=== short test summary ===`."""
         head = clean_lines(self.head.decode("utf-8", "replace"))[-self.before:] if self.head else []
         tail = clean_lines(self.tail.decode("utf-8", "replace"))[:self.after] if self.tail else []
+        if own is not None:
+            head = head[len(head) - _own_run(reversed(head), own):]
+            tail = tail[:_own_run(tail, own)]
         return [_clip(text) for text in head + tail if text.strip() or not self.skip_blank]
+
+
+def _own_run(lines: Iterable[str], own: str) -> int:
+    """How many of `lines` come before the first one that names a test other than `own` or ends
+    a section (`=== short test summary info ===`)."""
+    count = 0
+    for text in lines:
+        info = classify_line(text)
+        if info is not None and (info.ends_test or info.test and info.kind != "faulthandler_test_frame"
+                                 and test_key(info.test) != own):
+            break
+        count += 1
+    return count
 
 
 @dataclass
@@ -90,12 +111,15 @@ class Candidate:
 
     @property
     def context(self) -> list[str]:
-        return self.raw_context.lines()
+        return self.raw_context.lines(self._own())
 
     @property
     def neighbourhood(self) -> list[str]:
         """What the learned model reads around a primary line (blank lines left out)."""
-        return self.raw_neighbourhood.lines()
+        return self.raw_neighbourhood.lines(self._own())
+
+    def _own(self) -> str | None:
+        return test_key(self.test) if self.test else None
 
 
 @dataclass
@@ -123,8 +147,9 @@ class FailureGroup:
         Without a terminal and without `CI` set, pytest cuts the summary to 80 columns: `FAILED
         t.py::T::t - SpecViolationError: call_mo...`, `... - SpecViolationError:...`, or, for a
         long test id, no message at all. Then the same test's exception line the summary's
-        `Error: message` starts, or, with no message, the group's best line that is not a header
-        naming the test. A whole summary line stays (PyTorch's CI marks it as the failure's
+        `Error: message` starts (or, naming no exception, the line its message starts: `worker
+        'gw1' crashed while r...`), or, with no message, the group's best line that is not a
+        header naming the test. A whole summary line stays (PyTorch's CI marks it as the failure's
         line), unless a line outranks the one it restates (_beside_restated)."""
         best = self.best
         if best.info.kind != "pytest_summary":
@@ -136,6 +161,9 @@ class FailureGroup:
             lines = [c for c in self.evidence if c.info.exception and f"{c.info.exception}: {c.info.message}".startswith(said)]
         elif best.info.message == best.line.strip():  # no message
             lines = [c for c in self.evidence if c.score >= REAL_FAILURE and c.info.kind not in _NAMES_THE_TEST]
+        elif best.info.message.endswith("..."):  # a message naming no exception, cut
+            said = best.info.message[:-3]
+            lines = [c for c in self.evidence if c.info.message.startswith(said)]
         else:  # a message naming no exception: whole, as far as can be told
             return best
         return max((c for c in lines if c is not best), key=lambda c: c.score, default=best)  # ties: the earlier
@@ -164,8 +192,12 @@ def _better_test_id(new: str, old: str) -> bool:
 
 
 def test_key(test: str) -> str:
-    """Group key of a test id: `a/b.py::C::test_x[p]`, `C.test_x[p]`, `test_x[p]` all agree."""
+    """Group key of a test id: `a/b.py::C::test_x[p]`, `C.test_x[p]`, `test_x[p]` all agree. A
+    file (`a/test_b.py`: pytest-xdist's report of a crashed worker, a collection error) is its
+    whole path: two files are two keys."""
     base, params = _TEST_KEY_RE.match(test).groups()
+    if base.endswith(".py") and "::" not in base:
+        return base + (params or "")
     return re.split(r"::|\.|/", base)[-1] + (params or "")
 
 
@@ -179,6 +211,7 @@ class Extractor:
         self._cluster: tuple | None = None
         self._cluster_last = -(10**9)
         self._cluster_seq = 0
+        self._crash_without_test: Candidate | None = None  # `Fatal Python error`, its dump to come
         self.tail_text = ""
 
     def run(self, blocks: Iterable[bytes]) -> list[FailureGroup]:
@@ -226,8 +259,12 @@ class Extractor:
             self._current_test = None
         if info.sets_test:
             self._current_test = info.test
+        if info.kind == "faulthandler_test_frame":
+            self._crash_in_test(info.test, line_no)
         if info.score <= 0:
             return
+        if info.kind == "xdist_crash":
+            self._drop_file_section(info.test)
         cand = Candidate(line_no, line, info, info.score, test=info.test)
         if cand.test is None and self._current_test and info.kind not in _WRAPPER_KINDS and not line.startswith("##["):
             cand.test = self._current_test
@@ -247,10 +284,42 @@ class Extractor:
             cand.raw_neighbourhood = _around(buf, ls, le, NEIGHBOURHOOD_BEFORE, NEIGHBOURHOOD_AFTER,
                                              NEIGHBOURHOOD_CHARS, skip_blank=True)
         group.add(cand)
+        if cand.test is None and info.kind == "crash_signal" and "Fatal Python error" in line:
+            self._crash_without_test = cand
+        elif cand.score >= REAL_FAILURE:
+            self._crash_without_test = None  # another failure: a later dump is not this crash's
         if info.kind in _EXIT_KINDS:
             fallback = _last_output_before(buf, ls, line_no)
             if fallback is not None:
                 group.add(fallback)
+
+    def _crash_in_test(self, test: str, line_no: int) -> None:
+        """faulthandler's dump names the test function the crashed interpreter was running (the
+        first test frame after `Fatal Python error`): the crash becomes that test's failure,
+        one entry with pytest-xdist's `worker 'gw1' crashed while running` and its summary line."""
+        cand, self._crash_without_test = self._crash_without_test, None
+        if cand is None or line_no - cand.line_no > FAULTHANDLER_LINES:
+            return
+        for key, group in list(self.groups.items()):
+            if cand in group.evidence:
+                group.evidence.remove(cand)
+                if not group.evidence:
+                    del self.groups[key]
+                elif group.best is cand:
+                    group.best = max(group.evidence, key=lambda c: (c.score, -c.line_no))
+                break
+        cand.test = test
+        self._group_for(cand).add(cand)
+
+    def _drop_file_section(self, test: str) -> None:
+        """pytest-xdist reports a crashed worker under a section named after the test's file
+        (`____ a/test_x.py ____`) and names the test on the next line: the section alone is no
+        failure of the file's, but the named test's."""
+        current = self._current_test
+        if current and test_key(current) != test_key(test):
+            group = self.groups.get(("test", test_key(current)))
+            if group is not None and all(c.info.kind == "pytest_section" for c in group.evidence):
+                del self.groups[group.key]
 
     def _group_for(self, cand: Candidate) -> FailureGroup:
         if cand.test:

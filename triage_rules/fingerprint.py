@@ -22,6 +22,7 @@ _SUBSTITUTIONS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"/(?:home|Users)/[^/\s]+/(?:work|runner/_work|actions-runner[^/\s]*/_work)/"), "<work>/"),
     (re.compile(r"/__w/|/var/lib/jenkins/(?:workspace/)?|/opt/conda/envs/[^/\s]+/|/opt/python-[\d.]+-venv/"), "<root>/"),
     (re.compile(r"\b0x[0-9a-fA-F]{6,}\b"), "<addr>"),
+    (re.compile(r"\bgw\d+\b"), "gw<n>"),  # pytest-xdist's worker: whichever ran the test
     (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|sec|seconds?|min|minutes?|h|hours?|[KMGT]i?B)\b"), "<dur>"),
     (re.compile(r"(?<![A-Za-z0-9])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{12,}(?![A-Za-z0-9])"), "<hex>"),
     (re.compile(r"(?<![A-Za-z0-9.])\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![A-Za-z0-9])"), "<n>"),

@@ -49,6 +49,9 @@ PREFILTER_LITERALS: tuple[str, ...] = (
     "Killed", "Segmentation", "dumped", "No space", "registered", "Missing", "undefined ref",
     "kernel '", "Unsupported", "SymNode", "SEGFAULT", "ILLEGAL", "[ RUN ", "Lint for", "____ ", "_ test", "_ Test", ".test", "=====", "rate limit", "efusing",
     "maximum", "dirty", "SIG", "mashing", "CONFLICT (",
+    # pytest-xdist's report of a worker that died (`pytest -n auto`, ExecuTorch's unittest job),
+    # and faulthandler's frame of the test a crashed interpreter was running
+    "crashed while running", " in test",
     # Problems stated without the word error (device labs, QNN, numerics, linters): found by
     # the `problem` kind below, which only wins when a log holds nothing stronger.
     "upported", "imeout", "imed out", "ismatch", "efused", "uthoriz", "annot ", "nable to", "ould not",
@@ -105,7 +108,9 @@ _BOILERPLATE: list[tuple[re.Pattern[str], int, str]] = [
                 # ctest's and buck2's counts and lists of the tests that failed (their output is above, or elsewhere)
                 r"|^\d+% tests passed, \d+ tests? failed out of \d+|^The following tests FAILED:|^Errors while running CTest"
                 r"|^Tests finished: Pass \d+\. Fail \d+|^\d+ TESTS FAILED$"
-                r"|^Test execution completed but the tests failed"), 20, "summary"),
+                r"|^Test execution completed but the tests failed"
+                # pytest-xdist giving up after its workers crashed (each crash is reported by itself)
+                r"|^maximum crashed workers reached: \d+"), 20, "summary"),
 ]
 
 _KINDS: list[tuple[str, re.Pattern[str], int]] = [
@@ -114,6 +119,13 @@ _KINDS: list[tuple[str, re.Pattern[str], int]] = [
         r"^(?:FAILED|ERROR) (?:\[[\d.]+s\] )?(?P<test>\S+?(?:::\S+|\.py))(?: - (?P<msg>.*))?$"), 85),
     ("unittest_header", re.compile(
         r"^(?:FAIL|ERROR)(?: \[[\d.]+s\])?: (?P<name>test\w*) \((?:__main__\.)?(?P<cls>[\w.]+)\)"), 66),
+    # pytest-xdist's report of a worker that crashed (a signal, `os._exit`, the OOM killer) while
+    # running a test: `worker 'gw1' crashed while running 'a/test_x.py::T::test_y'`
+    ("xdist_crash", re.compile(r"^worker '[\w-]+' crashed while running '(?P<test>[^'\s]+)'"), 84),
+    # faulthandler's dump after `Fatal Python error: ...`: the frame of the test function the
+    # interpreter was running (`  File "/w/test_x.py", line 12 in test_y`, no comma, unlike a
+    # traceback); it names the crash's test where no runner did (pytest-xdist, a plain pytest)
+    ("faulthandler_test_frame", re.compile(r'^\s*File "(?P<file>[^"\n]+\.py)", line (?P<line>\d+) in (?P<func>test\w*)\s*$'), 0),
     # googletest's assertion location (`file:line: Failure`): names where, unlike the summaries
     ("gtest_assertion", re.compile(r"^(?P<file>[\w./+-]+\.(?:cpp|cc|cxx|h|hpp)):(?P<line>\d+): Failure$"), 86),
     # googletest starting a test: what follows is that test's (no failure of its own)
@@ -298,6 +310,8 @@ def _build(kind: str, score: int, match: re.Match[str], stripped: str) -> LineIn
         test = f"{cls}.{groups['name']}"
     elif kind in ("test_file_failed", "test_file_signal") and stripped.startswith("RuntimeError"):
         exception = "RuntimeError"
+    elif kind == "faulthandler_test_frame":
+        test = f"{groups['file'].rsplit('/', 1)[-1]}::{groups['func']}"
     elif kind in ("lint_error", "flake8"):
         message = f"({groups['code']}) {groups['msg']}"
     elif kind == "probe_failure":

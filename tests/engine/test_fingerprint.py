@@ -23,6 +23,9 @@ from triage_rules.fingerprint import fingerprint, normalise
         ("Writing document td_test_failure_stats_v2_1785439011_382c8ab48c4b11f19cc39a40abc625c8",
          "Writing document td_test_failure_stats_v2_<n>_<hex>"),
         ("Segmentation fault at 0x00007f3e94600000", "Segmentation fault at <addr>"),
+        # pytest-xdist's worker: whichever one ran the test (intel/torch-xpu-ops#2314's log)
+        ("worker 'gw19' crashed while running 'test/xpu/test_decomp_xpu.py::TestDecompXPU::test_quick_core'",
+         "worker 'gw<n>' crashed while running 'test/xpu/test_decomp_xpu.py::TestDecompXPU::test_quick_core'"),
     ],
 )
 def test_normalise_real_lines(line, expected):

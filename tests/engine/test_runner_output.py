@@ -218,6 +218,82 @@ def test_a_collection_error_is_one_failure_not_two(tmp_path):
     assert failure.test == "test_qnn_backend_import_of_a_module_with_a_rather_long_name_for_its_test.py"
 
 
+def test_collection_errors_of_two_files_are_two_failures(tmp_path):
+    """A file's test id (`ERROR collecting a/test_x.py`) was keyed by its suffix: every file's
+    collection error became one failure, and the second file's error was lost."""
+    (tmp_path / "test_one.py").write_text("import executorch_module_that_is_not_built\n")
+    (tmp_path / "test_two.py").write_text("from torch_module_that_is_not_there import export\n")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "."], cwd=tmp_path,
+                         env=ci_env(), capture_output=True, text=True, timeout=120)
+    assert "Interrupted: 2 errors during collection" in run.stdout
+    found = {f.test: f.message for f in classify_text(run.stdout)}
+    assert found == {"test_one.py": "No module named 'executorch_module_that_is_not_built'",
+                     "test_two.py": "No module named 'torch_module_that_is_not_there'"}
+
+
+# ExecuTorch's unittest job runs `pytest -n auto` with its pytest.ini's `-rEfX --tb=native
+# --capture=sys`. A test that crashes the interpreter takes its pytest-xdist worker down:
+# faulthandler's dump goes to the job's log at once, naming no test but in its frames, and
+# xdist reports the crash later under a section named after the test's *file*.
+XDIST_TESTS = '''
+import ctypes
+
+class TestToBackendMultiMethod:
+    def test_multi_method_partitions(self):
+        raise RuntimeError("Expected 2 partitions in method 'forward', got 1")
+
+def test_runtime_reads_a_freed_buffer():
+    ctypes.string_at(0)
+
+def test_buffer_mutation():
+    buffers_to_mutate = {}
+    assert "k_cache" in buffers_to_mutate, "buffers_to_mutate lost k_cache after quantization"
+'''
+
+
+def xdist_log(tmp_path, *options: str, ci: bool) -> str:
+    (tmp_path / "test_lowering.py").write_text(XDIST_TESTS)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rEfX", "--tb=native",
+                          "--capture=sys", *options, "test_lowering.py"],
+                         cwd=tmp_path, env=ci_env(ci), capture_output=True, text=True, timeout=180)
+    return run.stdout + run.stderr
+
+
+CRASHED = "test_lowering.py::test_runtime_reads_a_freed_buffer"
+
+
+def test_a_crashed_xdist_worker_is_its_tests_crash_once_never_excused(tmp_path):
+    """Before: the crash was three failures (faulthandler's `Fatal Python error` with no test,
+    the file's section, and the summary line), and the summary line, read with its neighbours
+    in pytest's summary (the next test's `buffers_to_mutate lost k_cache`), was `mutable_buffer`;
+    so was every test's line beside it."""
+    by_mode = {}
+    for ci in (False, True):
+        (tmp_path / str(ci)).mkdir()
+        log = xdist_log(tmp_path / str(ci), "-n", "2", ci=ci)
+        assert f"crashed while running '{CRASHED}'" in log and "Fatal Python error: Segmentation fault" in log, log
+        found = {f.test: f for f in classify_text(log, failed=True)}
+        assert {t: (f.category, f.rule, f.environment) for t, f in found.items()} == {
+            CRASHED: ("runtime_error", "runtime-crash", False),
+            "test_lowering.py::TestToBackendMultiMethod::test_multi_method_partitions": (
+                "multi_method_lowering", "mm-test-failed", False),
+            "test_lowering.py::test_buffer_mutation": ("mutable_buffer", "mb-mutation-lost", False)}, ci
+        by_mode[ci] = found[CRASHED]
+    # whichever worker crashed (`gw0`, `gw1`) and whether pytest cut the line: the same failure
+    assert by_mode[False].fingerprint == by_mode[True].fingerprint
+    assert "crashed while running" in by_mode[False].line and by_mode[False].message == by_mode[True].message
+
+
+def test_a_crash_without_xdist_is_the_test_faulthandler_names(tmp_path):
+    """A plain `pytest` dies with the interpreter: no summary, no test id but in faulthandler's
+    frames (`File ".../test_lowering.py", line 9 in test_...`)."""
+    log = xdist_log(tmp_path, ci=True)
+    assert "Fatal Python error: Segmentation fault" in log and "short test summary" not in log, log
+    [crash] = classify_text(log, failed=True)
+    assert (crash.test, crash.category, crash.environment) == (CRASHED, "runtime_error", False)
+    assert crash.line.endswith("Fatal Python error: Segmentation fault")
+
+
 @pytest.mark.parametrize("runner, quiet", [("pytest", []), ("pytest", ["-q"]), ("unittest", [])])
 def test_a_log_holding_only_the_runners_count_has_its_error_elsewhere(tmp_path, runner, quiet):
     """The tests' reports went elsewhere (a sub-job, an artifact, a cut log): the count says no
