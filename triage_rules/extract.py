@@ -76,26 +76,30 @@ class Around:
         """The lines around; for a test's line (`own`, its test key) only those up to a line that
         names another test or ends the test's section: pytest's summary lists each failed test
         on one line, and the next test's `FAILED ... - AssertionError: buffers_to_mutate lost
-        ...` says nothing of this one, nor does the traceback above `=== short test summary ===`."""
+        ...` says nothing of this one, nor does the traceback above `=== short test summary ===`.
+        Above it, the lines after another test's line are that test's too (`assert 'k_cache' in
+        {}`, the rest of its summary's message)."""
         head = clean_lines(self.head.decode("utf-8", "replace"))[-self.before:] if self.head else []
         tail = clean_lines(self.tail.decode("utf-8", "replace"))[:self.after] if self.tail else []
         if own is not None:
-            head = head[len(head) - _own_run(reversed(head), own):]
-            tail = tail[:_own_run(tail, own)]
+            kept, other = _own_run(reversed(head), own)
+            head = head[len(head) - kept:] if not other else []  # between: the other test's (its message's next lines)
+            tail = tail[:_own_run(tail, own)[0]]
         return [_clip(text) for text in head + tail if text.strip() or not self.skip_blank]
 
 
-def _own_run(lines: Iterable[str], own: str) -> int:
+def _own_run(lines: Iterable[str], own: str) -> tuple[int, bool]:
     """How many of `lines` come before the first one that names a test other than `own` or ends
-    a section (`=== short test summary info ===`)."""
+    a section (`=== short test summary info ===`), and whether it was another test's."""
     count = 0
     for text in lines:
         info = classify_line(text)
-        if info is not None and (info.ends_test or info.test and info.kind != "faulthandler_test_frame"
-                                 and test_key(info.test) != own):
-            break
+        if info is not None and info.ends_test:
+            return count, False
+        if info is not None and info.test and info.kind != "faulthandler_test_frame" and test_key(info.test) != own:
+            return count, True
         count += 1
-    return count
+    return count, False
 
 
 @dataclass
@@ -212,6 +216,9 @@ class Extractor:
         self._cluster_last = -(10**9)
         self._cluster_seq = 0
         self._crash_without_test: Candidate | None = None  # `Fatal Python error`, its dump to come
+        self._gtest_running: str | None = None  # the googletest test started last and not done
+        self._ctest_crash: Candidate | None = None  # ctest's verdict on a crash, its output to come
+        self._ctest_names: dict[str, str] = {}  # ctest's test -> the googletest test that crashed it
         self.tail_text = ""
 
     def run(self, blocks: Iterable[bytes]) -> list[FailureGroup]:
@@ -234,6 +241,7 @@ class Extractor:
                 nl = buf.find(b"\n", keep_from, end)
                 keep_from = nl + 1 if nl >= 0 else end
             history, tail = buf[keep_from:end], buf[end:]
+        self._settle_ctest_crash()
         self.lines_read = line_no - (1 if ends_with_newline else 0)
         self.tail_text = history[-FALLBACK_CHARS:].decode("utf-8", "replace")
         return self._ranked()
@@ -261,11 +269,23 @@ class Extractor:
             self._current_test = info.test
         if info.kind == "faulthandler_test_frame":
             self._crash_in_test(info.test, line_no)
+        elif info.kind in ("gtest_run", "gtest_done"):
+            self._gtest_running = info.test
+        running = None
+        if info.kind.startswith("ctest_") and info.test:  # a verdict: the output before it is done
+            self._settle_ctest_crash()
+            running, self._gtest_running = self._gtest_running, None
         if info.score <= 0:
             return
         if info.kind == "xdist_crash":
             self._drop_file_section(info.test)
         cand = Candidate(line_no, line, info, info.score, test=info.test)
+        if info.kind in ("ctest_crash", "ctest_timeout"):
+            cand.test = self._ctest_names.get(info.test) or running or info.test
+            if running:  # `ctest -V`: the test's output came before its verdict
+                self._ctest_names[info.test] = running
+            elif info.test not in self._ctest_names:  # `--output-on-failure`: it follows
+                self._ctest_crash = cand
         if cand.test is None and self._current_test and info.kind not in _WRAPPER_KINDS and not line.startswith("##["):
             cand.test = self._current_test
         if info.exception and info.kind == "exception":
@@ -298,11 +318,27 @@ class Extractor:
         first test frame after `Fatal Python error`): the crash becomes that test's failure,
         one entry with pytest-xdist's `worker 'gw1' crashed while running` and its summary line."""
         cand, self._crash_without_test = self._crash_without_test, None
-        if cand is None or line_no - cand.line_no > FAULTHANDLER_LINES:
+        if cand is not None and line_no - cand.line_no <= FAULTHANDLER_LINES:
+            self._move(cand, test)
+
+    def _settle_ctest_crash(self) -> None:
+        """A ctest test that crashed or hung (`--output-on-failure`: its output follows the
+        verdict) is the googletest test its output started last and never finished: `1/2 Test
+        #1: method_test ...***Exception: SegFault` is `MethodTest.TwoMethods`'s crash, and so is
+        ctest's `1 - method_test (SEGFAULT)` in its list of failed tests."""
+        cand, self._ctest_crash = self._ctest_crash, None
+        if cand is None:
             return
+        running, self._gtest_running = self._gtest_running, None
+        if running:
+            self._ctest_names[cand.info.test] = running
+            self._move(cand, running)
+
+    def _move(self, cand: Candidate, test: str) -> None:
+        """`cand` is `test`'s failure, no longer the group's it was put in."""
         for key, group in list(self.groups.items()):
-            if cand in group.evidence:
-                group.evidence.remove(cand)
+            if any(c is cand for c in group.evidence):
+                group.evidence = [c for c in group.evidence if c is not cand]
                 if not group.evidence:
                     del self.groups[key]
                 elif group.best is cand:

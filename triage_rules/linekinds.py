@@ -130,6 +130,9 @@ _KINDS: list[tuple[str, re.Pattern[str], int]] = [
     ("gtest_assertion", re.compile(r"^(?P<file>[\w./+-]+\.(?:cpp|cc|cxx|h|hpp)):(?P<line>\d+): Failure$"), 86),
     # googletest starting a test: what follows is that test's (no failure of its own)
     ("gtest_run", re.compile(r"^\[ RUN      \] (?P<test>[\w/.]+)"), 0),
+    # googletest's end of a binary's run: every test it started has finished (a crash after it,
+    # in a static destructor, is no test's)
+    ("gtest_done", re.compile(r"^\[=+\] \d+ tests? from \d+ test (?:suites?|cases?) ran\."), 0),
     # `ctest -V`'s header of each test's output: its timeout's "timeout" is no time-out
     ("ctest_header", re.compile(r"^Test (?:command|timeout computed to be): |^Working Directory: "), 0),
     ("gtest_failed", re.compile(r"^\[  FAILED  \] (?P<test>[\w/.]+)"), 80),

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from triage_rules import classify_text
+from triage_rules.fingerprint import normalise
 
 LONG = ("call_module is not valid: got a class 'fused_first_tag1' while validating the original program "
         "after the partitions of both methods became submodules")
@@ -255,8 +256,9 @@ def xdist_log(tmp_path, *options: str, ci: bool) -> str:
     (tmp_path / "test_lowering.py").write_text(XDIST_TESTS)
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rEfX", "--tb=native",
                           "--capture=sys", *options, "test_lowering.py"],
-                         cwd=tmp_path, env=ci_env(ci), capture_output=True, text=True, timeout=180)
-    return run.stdout + run.stderr
+                         cwd=tmp_path, env=ci_env(ci), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         timeout=180)
+    return run.stdout  # one stream, as a job's log: faulthandler's dump before the summary or after it
 
 
 CRASHED = "test_lowering.py::test_runtime_reads_a_freed_buffer"
@@ -281,7 +283,31 @@ def test_a_crashed_xdist_worker_is_its_tests_crash_once_never_excused(tmp_path):
         by_mode[ci] = found[CRASHED]
     # whichever worker crashed (`gw0`, `gw1`) and whether pytest cut the line: the same failure
     assert by_mode[False].fingerprint == by_mode[True].fingerprint
-    assert "crashed while running" in by_mode[False].line and by_mode[False].message == by_mode[True].message
+    assert "crashed while running" in by_mode[False].line
+    assert normalise(by_mode[False].message) == normalise(by_mode[True].message) == (
+        f"worker 'gw<n>' crashed while running '{CRASHED}'")
+
+
+def test_a_summary_lines_context_is_its_own_not_the_neighbours_message(tmp_path):
+    """pytest's summary lists each failed test on one line, and a multi-line message goes on
+    below it (`assert 'k_cache' in {}`): read as the next test's context, that made a crash
+    `mutable_buffer` whenever xdist reported it just after test_buffer_mutation."""
+    crash, mutation = XDIST_TESTS.split("def test_runtime_reads_a_freed_buffer")[1], XDIST_TESTS.split("def test_buffer_mutation")[1]
+    (tmp_path / "test_lowering.py").write_text(
+        f"def test_buffer_mutation{mutation}\ndef test_runtime_reads_a_freed_buffer{crash.split('def ')[0]}"
+        .replace("ctypes.string_at(0)", 'raise OSError("lost")'))
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rEfX", "--tb=native",
+                          "test_lowering.py"], cwd=tmp_path, env=ci_env(ci=True), capture_output=True, text=True, timeout=120)
+    summary = run.stdout[run.stdout.index("short test summary info"):].splitlines()
+    assert summary[1:4] == [
+        "FAILED test_lowering.py::test_buffer_mutation - AssertionError: buffers_to_mutate lost k_cache after quantization",
+        "assert 'k_cache' in {}", "FAILED test_lowering.py::test_runtime_reads_a_freed_buffer - OSError: lost"], summary
+    found = {f.test.rsplit("::", 1)[-1]: f for f in classify_text(run.stdout)}
+    assert found["test_runtime_reads_a_freed_buffer"].line.startswith("FAILED")
+    for name, failure in found.items():
+        others = [line for line in failure.context if line.startswith("FAILED") and name not in line]
+        assert not others, (name, failure.context)
+    assert not any("k_cache" in line for line in found["test_runtime_reads_a_freed_buffer"].context)
 
 
 def test_a_crash_without_xdist_is_the_test_faulthandler_names(tmp_path):
@@ -331,6 +357,9 @@ add_test(NAME op_add_test COMMAND op_add_test)
 add_executable(method_test method_test.cpp)
 target_link_libraries(method_test GTest::gtest_main)
 add_test(NAME method_test COMMAND method_test)
+add_executable(exit_test exit_test.cpp)
+target_link_libraries(exit_test GTest::gtest_main)
+add_test(NAME exit_test COMMAND exit_test)
 '''
 
 
@@ -372,13 +401,23 @@ def test_ctests_crashes_and_time_outs_are_the_tests_never_excused(tmp_path, verb
 @pytest.mark.parametrize("verbose", [False, True])
 def test_googletests_failure_is_its_own_test_once_and_a_crash_is_kept(tmp_path, verbose):
     """With `-V` every output line starts with the test's number (`1: [ RUN      ] X.Y`): the
-    assertion was not read, and op_add_test's failure was lost beside method_test's crash."""
+    assertion was not read, and op_add_test's failure was lost beside method_test's crash. A
+    crash is the googletest test that started and never finished (before: ctest's name for the
+    whole binary, `method_test`); a crash after every test finished (`[==========] 1 test from
+    1 test suite ran.`), in a static destructor, is the binary's."""
     log = ctest_log(tmp_path, GTESTS, "CXX", verbose=verbose,
                     op_add_test_cpp='#include <gtest/gtest.h>\nTEST(OpAddOutTest, BroadcastSupported) { EXPECT_EQ(1 + 1, 3); }\n'
                                     'TEST(OpAddOutTest, Passes) { EXPECT_EQ(2, 2); }\n',
-                    method_test_cpp='#include <gtest/gtest.h>\nTEST(MethodTest, TwoMethods) { volatile int* p = nullptr; *p = 1; }\n')
+                    method_test_cpp='#include <gtest/gtest.h>\nTEST(MethodTest, LoadsOneMethod) { EXPECT_EQ(1, 1); }\n'
+                                    'TEST(MethodTest, TwoMethods) { volatile int* p = nullptr; *p = 1; }\n'
+                                    'TEST(MethodTest, NeverRuns) { EXPECT_EQ(1, 1); }\n',
+                    exit_test_cpp='#include <cstdlib>\n#include <gtest/gtest.h>\n'
+                                  'struct AtExit { ~AtExit() { std::abort(); } } at_exit;\n'
+                                  'TEST(ExitTest, Passes) { EXPECT_EQ(1, 1); }\n')
     failures = classify_text(log, failed=True)
     assert [(f.test, f.rule) for f in failures] == [("OpAddOutTest.BroadcastSupported", "gtest-assertion"),
-                                                    ("method_test", "runtime-crash")]
+                                                    ("MethodTest.TwoMethods", "runtime-crash"),
+                                                    ("exit_test", "runtime-crash")], [(f.test, f.line) for f in failures]
     assert failures[0].line.endswith("op_add_test.cpp:2: Failure")
-    assert failures[1].category == "runtime_error" and not failures[1].environment
+    assert all(f.category == "runtime_error" and not f.environment for f in failures[1:])
+    assert "method_test" in failures[1].line and "exit_test" in failures[2].line
