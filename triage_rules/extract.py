@@ -132,6 +132,7 @@ class FailureGroup:
     best: Candidate
     evidence: list[Candidate]
     test: str | None = None
+    kept: bool = False  # a test's verdict alone (its error not in the log), kept beside real failures
 
     def add(self, cand: Candidate) -> None:
         if cand.score > self.best.score:
@@ -219,6 +220,9 @@ class Extractor:
         self._gtest_running: str | None = None  # the googletest test started last and not done
         self._ctest_crash: Candidate | None = None  # ctest's verdict on a crash, its output to come
         self._ctest_names: dict[str, str] = {}  # ctest's test -> the googletest test that crashed it
+        self._ctest_verbose = False  # `ctest -V`: a test's output comes before its verdict
+        self._ctest_failed: Candidate | None = None  # ctest's `***Failed`, its output to come
+        self._real_since_verdict = False  # a real failure was read since ctest's last verdict
         self.tail_text = ""
 
     def run(self, blocks: Iterable[bytes]) -> list[FailureGroup]:
@@ -242,6 +246,7 @@ class Extractor:
                 keep_from = nl + 1 if nl >= 0 else end
             history, tail = buf[keep_from:end], buf[end:]
         self._settle_ctest_crash()
+        self._settle_ctest_failed()
         self.lines_read = line_no - (1 if ends_with_newline else 0)
         self.tail_text = history[-FALLBACK_CHARS:].decode("utf-8", "replace")
         return self._ranked()
@@ -271,6 +276,8 @@ class Extractor:
             self._crash_in_test(info.test, line_no)
         elif info.kind in ("gtest_run", "gtest_done"):
             self._gtest_running = info.test
+        elif info.kind == "ctest_header":
+            self._ctest_verbose = True
         running = None
         if info.kind.startswith("ctest_") and info.test:  # a verdict: the output before it is done
             self._settle_ctest_crash()
@@ -304,6 +311,10 @@ class Extractor:
             cand.raw_neighbourhood = _around(buf, ls, le, NEIGHBOURHOOD_BEFORE, NEIGHBOURHOOD_AFTER,
                                              NEIGHBOURHOOD_CHARS, skip_blank=True)
         group.add(cand)
+        if info.kind.startswith("ctest_") and "Test #" in line or info.kind == "summary":
+            self._ctest_verdict(cand)
+        elif cand.score >= REAL_FAILURE:
+            self._real_since_verdict = True
         if cand.test is None and info.kind == "crash_signal" and "Fatal Python error" in line:
             self._crash_without_test = cand
         elif cand.score >= REAL_FAILURE:
@@ -333,6 +344,30 @@ class Extractor:
         if running:
             self._ctest_names[cand.info.test] = running
             self._move(cand, running)
+
+    def _ctest_verdict(self, cand: Candidate) -> None:
+        """ctest's `N/M Test #N: name ...***Failed` (or its count, which ends the last test's
+        output): a test whose output held no failure of its own is kept beside the others, as
+        its error not in the log; one whose output did (googletest's assertion, under its own
+        test's name) has its failure there."""
+        self._settle_ctest_failed()
+        if cand.info.kind == "ctest_failed":
+            if self._ctest_verbose:  # its output came before it
+                self._keep_silent(cand)
+            else:
+                self._ctest_failed = cand
+        self._real_since_verdict = False
+
+    def _settle_ctest_failed(self) -> None:
+        cand, self._ctest_failed = self._ctest_failed, None
+        if cand is not None:
+            self._keep_silent(cand)
+
+    def _keep_silent(self, cand: Candidate) -> None:
+        if not self._real_since_verdict:
+            group = self.groups.get(("test", test_key(cand.test))) if cand.test else None
+            if group is not None and any(c is cand for c in group.evidence):
+                group.kept = True
 
     def _move(self, cand: Candidate, test: str) -> None:
         """`cand` is `test`'s failure, no longer the group's it was put in."""
@@ -377,7 +412,7 @@ class Extractor:
     def _ranked(self) -> list[FailureGroup]:
         ranked = sorted(self.groups.values(), key=lambda g: (-g.best.score, g.best.line_no))[:MAX_GROUPS]
         if ranked and ranked[0].best.score >= REAL_FAILURE:
-            return [g for g in ranked if g.best.score >= REAL_FAILURE]
+            return [g for g in ranked if g.best.score >= REAL_FAILURE or g.kept]
         return ranked[:1]
 
 

@@ -331,7 +331,9 @@ def _build(kind: str, score: int, match: re.Match[str], stripped: str) -> LineIn
             message = f"{message} [{errors.describe(code)}]"
     # ctest's progress verdict comes before the test's output (`--output-on-failure`)
     sets_test = kind in ("pytest_section", "unittest_header", "gtest_run") or kind.startswith("ctest_") and bool(groups.get("test"))
-    return LineInfo(kind, score, test, exception, message, frame, sets_test=sets_test)
+    # `ctest -V` starts each test's output with its header: what follows is the next test's,
+    # whose name comes only with its verdict, after it
+    return LineInfo(kind, score, test, exception, message, frame, sets_test=sets_test, ends_test=kind == "ctest_header")
 
 
 MAX_RAISED = 300

@@ -360,6 +360,7 @@ add_test(NAME method_test COMMAND method_test)
 add_executable(exit_test exit_test.cpp)
 target_link_libraries(exit_test GTest::gtest_main)
 add_test(NAME exit_test COMMAND exit_test)
+add_test(NAME export_script_test COMMAND sh -c "echo comparing the exported program; exit 1")
 '''
 
 
@@ -381,15 +382,18 @@ def ctest_log(tmp_path, body: str, languages: str = "NONE", verbose: bool = Fals
 @pytest.mark.parametrize("verbose", [False, True])
 def test_ctests_crashes_and_time_outs_are_the_tests_never_excused(tmp_path, verbose):
     """A crash is `runtime_error` and judged against the base; a test's own time limit too. A
-    test that failed without output has no failure of its own beside them (its error is not in
-    the log), and the neighbouring test's crash in ctest's list is not its reading."""
+    test that failed without output is kept beside them, as its error not in the log (before:
+    it was left out, and ctest's 4 failed tests were 3 failures), and the neighbouring test's
+    crash in ctest's list is not its reading."""
     log = ctest_log(tmp_path, CRASHES, verbose=verbose)
     found = {f.test: f for f in classify_text(log, failed=True)}
-    assert sorted(found) == ["op_div_test", "op_hang_test", "op_mul_test"], [(f.test, f.line) for f in found.values()]
-    assert {t: (f.category, f.rule, f.environment) for t, f in found.items()} == {
-        "op_mul_test": ("runtime_error", "runtime-crash", False),
-        "op_div_test": ("runtime_error", "runtime-crash", False),
-        "op_hang_test": ("runtime_error", "test-time-limit", False)}
+    assert sorted(found) == ["op_add_test", "op_div_test", "op_hang_test", "op_mul_test"], [
+        (f.test, f.line) for f in found.values()]
+    assert {t: (f.category, f.rule, f.environment, f.error_not_in_log) for t, f in found.items()} == {
+        "op_add_test": ("other", "test-count-only", False, True),
+        "op_mul_test": ("runtime_error", "runtime-crash", False, False),
+        "op_div_test": ("runtime_error", "runtime-crash", False, False),
+        "op_hang_test": ("runtime_error", "test-time-limit", False, False)}
     (tmp_path / "silent").mkdir()
     [only] = classify_text(ctest_log(tmp_path / "silent", 'add_test(NAME op_add_test COMMAND sh -c "exit 1")',
                                      verbose=verbose), failed=True)
@@ -404,7 +408,9 @@ def test_googletests_failure_is_its_own_test_once_and_a_crash_is_kept(tmp_path, 
     assertion was not read, and op_add_test's failure was lost beside method_test's crash. A
     crash is the googletest test that started and never finished (before: ctest's name for the
     whole binary, `method_test`); a crash after every test finished (`[==========] 1 test from
-    1 test suite ran.`), in a static destructor, is the binary's."""
+    1 test suite ran.`), in a static destructor, is the binary's. A test whose output holds no
+    failure is kept, its error not in the log; a binary whose output holds googletest's failure
+    is that test's failure, not a second one."""
     log = ctest_log(tmp_path, GTESTS, "CXX", verbose=verbose,
                     op_add_test_cpp='#include <gtest/gtest.h>\nTEST(OpAddOutTest, BroadcastSupported) { EXPECT_EQ(1 + 1, 3); }\n'
                                     'TEST(OpAddOutTest, Passes) { EXPECT_EQ(2, 2); }\n',
@@ -417,7 +423,9 @@ def test_googletests_failure_is_its_own_test_once_and_a_crash_is_kept(tmp_path, 
     failures = classify_text(log, failed=True)
     assert [(f.test, f.rule) for f in failures] == [("OpAddOutTest.BroadcastSupported", "gtest-assertion"),
                                                     ("MethodTest.TwoMethods", "runtime-crash"),
-                                                    ("exit_test", "runtime-crash")], [(f.test, f.line) for f in failures]
+                                                    ("exit_test", "runtime-crash"),
+                                                    ("export_script_test", "test-count-only")], [(f.test, f.line) for f in failures]
     assert failures[0].line.endswith("op_add_test.cpp:2: Failure")
-    assert all(f.category == "runtime_error" and not f.environment for f in failures[1:])
+    assert all(f.category == "runtime_error" and not f.environment for f in failures[1:3])
+    assert failures[3].error_not_in_log and not failures[3].environment
     assert "method_test" in failures[1].line and "exit_test" in failures[2].line
