@@ -311,7 +311,7 @@ class Extractor:
             cand.raw_neighbourhood = _around(buf, ls, le, NEIGHBOURHOOD_BEFORE, NEIGHBOURHOOD_AFTER,
                                              NEIGHBOURHOOD_CHARS, skip_blank=True)
         group.add(cand)
-        if info.kind.startswith("ctest_") and "Test #" in line or info.kind == "summary":
+        if info.kind.startswith("ctest_") and info.sets_test or info.kind == "summary":  # a verdict, not its list
             self._ctest_verdict(cand)
         elif cand.score >= REAL_FAILURE:
             self._real_since_verdict = True
