@@ -385,7 +385,17 @@ class Extractor:
     def _drop_file_section(self, test: str) -> None:
         """pytest-xdist reports a crashed worker under a section named after the test's file
         (`____ a/test_x.py ____`) and names the test on the next line: the section alone is no
-        failure of the file's, but the named test's."""
+        failure of the file's, but the named test's. A parametrised test's crash, which
+        faulthandler's frame named without its parameters (`test_y`, not `test_y[int8]`), is
+        that test's too."""
+        base = _TEST_KEY_RE.match(test).group(1)
+        if base != test:
+            bare = self.groups.get(("test", test_key(base)))
+            if bare is not None and all(c.info.kind == "crash_signal" for c in bare.evidence):
+                del self.groups[bare.key]
+                for cand in bare.evidence:
+                    cand.test = test
+                    self._group_for(cand).add(cand)
         current = self._current_test
         if current and test_key(current) != test_key(test):
             group = self.groups.get(("test", test_key(current)))

@@ -310,6 +310,21 @@ def test_a_summary_lines_context_is_its_own_not_the_neighbours_message(tmp_path)
     assert not any("k_cache" in line for line in found["test_runtime_reads_a_freed_buffer"].context)
 
 
+def test_a_parametrised_tests_crash_is_one_failure(tmp_path):
+    """faulthandler's frame names the function (`test_runtime_reads`), xdist the test with its
+    parameters (`test_runtime_reads[fp16]`): one crash, not two entries."""
+    (tmp_path / "test_param.py").write_text(
+        "import ctypes\nimport pytest\n\n@pytest.mark.parametrize('dtype', ['int8', 'fp16'])\n"
+        "def test_runtime_reads(dtype):\n    if dtype == 'fp16':\n        ctypes.string_at(0)\n")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "test_param.py"],
+                         cwd=tmp_path, env=ci_env(ci=True), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, timeout=120)
+    assert "Fatal Python error: Segmentation fault" in run.stdout and "crashed while running" in run.stdout
+    [crash] = classify_text(run.stdout, failed=True)
+    assert (crash.test, crash.category, crash.rule) == ("test_param.py::test_runtime_reads[fp16]", "runtime_error",
+                                                        "runtime-crash")
+
+
 def test_a_crash_without_xdist_is_the_test_faulthandler_names(tmp_path):
     """A plain `pytest` dies with the interpreter: no summary, no test id but in faulthandler's
     frames (`File ".../test_lowering.py", line 9 in test_...`)."""
