@@ -59,6 +59,9 @@ _WRAPPER_KINDS = frozenset({"gha_exit", "wrapper", "build_wrapper", "summary", "
 _EXIT_KINDS = frozenset({"gha_exit", "wrapper"})
 _NAMES_THE_TEST = frozenset({"pytest_summary", "pytest_section", "unittest_header", "pytest_progress_failed"})
 _TEST_KEY_RE = re.compile(r"^(.*?)(\[.*\])?$")
+# pytest's banners of its reports: what comes before one is its progress, not this test's
+_BANNER = re.compile(r"^={3,} (?:FAILURES|ERRORS|RERUNS) ={3,}$")
+_SUMMARY_BANNER = re.compile(r"^={3,} short test summary info ={3,}$")
 
 
 @dataclass
@@ -72,29 +75,33 @@ class Around:
     after: int = 0
     skip_blank: bool = False
 
-    def lines(self, own: str | None = None) -> list[str]:
+    def lines(self, own: str | None = None, own_above: bool = False) -> list[str]:
         """The lines around; for a test's line (`own`, its test key) only those up to a line that
-        names another test or ends the test's section: pytest's summary lists each failed test
+        names another test, and above it up to one that ends a section: pytest's summary lists each failed test
         on one line, and the next test's `FAILED ... - AssertionError: buffers_to_mutate lost
         ...` says nothing of this one, nor does the traceback above `=== short test summary ===`.
         Above it, the lines after another test's line are that test's too (`assert 'k_cache' in
-        {}`, the rest of its summary's message)."""
+        {}`, the rest of its summary's message). Above pytest's summary is the report of the
+        test it reported last: a summary line reads across it when that test is its own
+        (`own_above`)."""
         head = clean_lines(self.head.decode("utf-8", "replace"))[-self.before:] if self.head else []
         tail = clean_lines(self.tail.decode("utf-8", "replace"))[:self.after] if self.tail else []
         if own is not None:
-            kept, other = _own_run(reversed(head), own)
+            kept, other = _own_run(reversed(head), own, own_above)
             head = head[len(head) - kept:] if not other else []  # between: the other test's (its message's next lines)
-            tail = tail[:_own_run(tail, own)[0]]
+            tail = tail[:_own_run(tail, own, ends=False)[0]]
         return [_clip(text) for text in head + tail if text.strip() or not self.skip_blank]
 
 
-def _own_run(lines: Iterable[str], own: str) -> tuple[int, bool]:
-    """How many of `lines` come before the first one that names a test other than `own` or ends
-    a section (`=== short test summary info ===`), and whether it was another test's."""
+def _own_run(lines: Iterable[str], own: str, own_above: bool = False, ends: bool = True) -> tuple[int, bool]:
+    """How many of `lines` come before the first one that names a test other than `own` or (with
+    `ends`, reading upwards) ends a section (`=== short test summary info ===`, unless
+    `own_above`), and whether it was another test's."""
     count = 0
     for text in lines:
         info = classify_line(text)
-        if info is not None and info.ends_test:
+        if ends and (info is not None and info.ends_test or _BANNER.match(text)) and not (
+                own_above and _SUMMARY_BANNER.match(text)):
             return count, False
         if info is not None and info.test and info.kind != "faulthandler_test_frame" and test_key(info.test) != own:
             return count, True
@@ -112,15 +119,16 @@ class Candidate:
     raw_context: Around = field(default_factory=Around)
     frames: list[Frame] = field(default_factory=list)
     raw_neighbourhood: Around = field(default_factory=Around)
+    own_above: bool = False  # a summary line of the test pytest reported last, just above its summary
 
     @property
     def context(self) -> list[str]:
-        return self.raw_context.lines(self._own())
+        return self.raw_context.lines(self._own(), self.own_above)
 
     @property
     def neighbourhood(self) -> list[str]:
         """What the learned model reads around a primary line (blank lines left out)."""
-        return self.raw_neighbourhood.lines(self._own())
+        return self.raw_neighbourhood.lines(self._own(), self.own_above)
 
     def _own(self) -> str | None:
         return test_key(self.test) if self.test else None
@@ -217,6 +225,7 @@ class Extractor:
         self._cluster_last = -(10**9)
         self._cluster_seq = 0
         self._crash_without_test: Candidate | None = None  # `Fatal Python error`, its dump to come
+        self._reported_last: str | None = None  # the test whose report is just above pytest's summary
         self._gtest_running: str | None = None  # the googletest test started last and not done
         self._ctest_crash: Candidate | None = None  # ctest's verdict on a crash, its output to come
         self._ctest_names: dict[str, str] = {}  # ctest's test -> the googletest test that crashed it
@@ -268,6 +277,8 @@ class Extractor:
         info = classify_line(line := clean_line(buf[ls:le].decode("utf-8", "replace")))
         if info is None:
             return
+        if info.kind == "section" and _SUMMARY_BANNER.match(info.message):
+            self._reported_last = self._current_test
         if info.ends_test:
             self._current_test = None
         if info.sets_test:
@@ -287,6 +298,8 @@ class Extractor:
         if info.kind == "xdist_crash":
             self._drop_file_section(info.test)
         cand = Candidate(line_no, line, info, info.score, test=info.test)
+        cand.own_above = bool(info.kind == "pytest_summary" and self._reported_last
+                              and test_key(self._reported_last) == test_key(info.test))
         if info.kind in ("ctest_crash", "ctest_timeout"):
             cand.test = self._ctest_names.get(info.test) or running or info.test
             if running:  # `ctest -V`: the test's output came before its verdict
