@@ -77,9 +77,10 @@ class Around:
 
     def lines(self, own: str | None = None, own_above: bool = False) -> list[str]:
         """The lines around; for a test's line (`own`, its test key) only those up to a line that
-        names another test, and above it up to one that ends a section: pytest's summary lists each failed test
-        on one line, and the next test's `FAILED ... - AssertionError: buffers_to_mutate lost
-        ...` says nothing of this one, nor does the traceback above `=== short test summary ===`.
+        names another test, and above it up to one that ends a section: pytest's summary lists
+        each failed test on one line, and the next test's `FAILED ... - AssertionError:
+        buffers_to_mutate lost ...` says nothing of this one, nor does the traceback above
+        `=== short test summary ===`.
         Above it, the lines after another test's line are that test's too (`assert 'k_cache' in
         {}`, the rest of its summary's message). Above pytest's summary is the report of the
         test it reported last: a summary line reads across it when that test is its own
@@ -405,10 +406,8 @@ class Extractor:
         if base != test:
             bare = self.groups.get(("test", test_key(base)))
             if bare is not None and all(c.info.kind == "crash_signal" for c in bare.evidence):
-                del self.groups[bare.key]
-                for cand in bare.evidence:
-                    cand.test = test
-                    self._group_for(cand).add(cand)
+                for cand in list(bare.evidence):
+                    self._move(cand, test)
         current = self._current_test
         if current and test_key(current) != test_key(test):
             group = self.groups.get(("test", test_key(current)))
