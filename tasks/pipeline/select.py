@@ -89,10 +89,28 @@ def _imports(tree: ast.AST, module: str, is_package: bool, known: set[str]) -> s
     """Every module of the package this module imports, anywhere in it (lazy ones too)."""
     package = module if is_package else module.rpartition(".")[0]
     found = set()
-    for node in ast.walk(tree):
+    for node in _statements(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             found |= _resolve(node, package, known)[0]
     return found
+
+
+_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _statements(tree: ast.AST):
+    """Every statement of a module, nested ones too (in functions, classes, branches, `try`,
+    `with`, `match`), without the expressions `ast.walk` also visits: an import or a `def` is a
+    statement, found only there (the same set, in a tenth of the time over ExecuTorch's tree)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.stmt):
+            yield node
+        for name in _BODIES:
+            children = getattr(node, name, None)
+            if children:
+                stack.extend(reversed(children))
 
 
 def _eager_imports(tree: ast.AST, module: str, is_package: bool, known: set[str]) -> dict[str, list[str]]:
@@ -150,7 +168,7 @@ def build_import_graph(repo, commit: str) -> dict:
         eager[module] = _eager_imports(tree, module, path.endswith("__init__.py"), known)
         if is_test_file(path):
             tests[path] = sum(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                              and n.name.startswith("test") for n in ast.walk(tree))
+                              and n.name.startswith("test") for n in _statements(tree))
             test_ids[path] = _test_ids(tree, path)
     return {"imports": imports, "paths": paths, "tests": tests, "test_ids": test_ids, "eager": eager}
 

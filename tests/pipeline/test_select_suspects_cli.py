@@ -281,3 +281,59 @@ def test_a_common_name_elsewhere_in_the_tree_is_only_a_weak_hint(et_repo, data_d
     weak = next(s for s in selected + left_out if s.path == "exir/backend/test/test_partitioner.py")
     assert "named like the changed module partitioner, in another part of the tree" in weak.reason
     assert "named after the changed module partitioner" not in weak.reason
+
+
+NESTED_IMPORTS = '''\
+import executorch.exir.a
+class Holder:
+    from executorch.exir import b
+    def method(self):
+        import executorch.exir.c
+try:
+    from executorch.exir import d
+except ImportError:
+    from executorch.exir import e
+else:
+    import executorch.exir.f
+finally:
+    import executorch.exir.g
+with open(__file__):
+    if True:
+        pass
+    else:
+        from executorch.exir import h
+while False:
+    import executorch.exir.i
+for _ in ():
+    pass
+else:
+    import executorch.exir.j
+match 1:
+    case 1:
+        import executorch.exir.k
+async def waits():
+    async with lock():
+        import executorch.exir.l
+def outer():
+    def inner():
+        def test_nested():
+            import executorch.exir.m
+lazy = lambda: __import__("executorch.exir.n")  # an expression: no import statement, not read
+'''
+
+
+def test_the_graph_reads_an_import_in_every_statement_position(gitkit, tmp_path):
+    """Imports and `def`s are statements: the graph finds them nested anywhere a statement can
+    stand (classes, functions, every branch of `try`, `with`, loops' `else`, `match`), as
+    `ast.walk` over the whole tree would, and counts nested test functions as before."""
+    repo = gitkit.init_repo(tmp_path / "r")
+    (repo / "exir").mkdir()
+    for name in "abcdefghijklmn":
+        (repo / "exir" / f"{name}.py").write_text("")
+    (repo / "exir" / "test_everywhere.py").write_text(NESTED_IMPORTS)
+    graph = select.build_import_graph(repo, gitkit.commit_all(repo, "tree"))
+    found = graph["imports"]["executorch.exir.test_everywhere"]
+    assert found == [f"executorch.exir.{n}" for n in "abcdefghijklm"], found
+    assert graph["tests"]["exir/test_everywhere.py"] == 1  # test_nested, however deep
+    assert graph["eager"]["executorch.exir.test_everywhere"]["internal"] == [
+        "executorch.exir.a", "executorch.exir.b", "executorch.exir.h"]
