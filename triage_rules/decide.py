@@ -95,9 +95,12 @@ def decide(failure: Failure, opinion: Opinion | None, calibrate: bool = True) ->
     rule = rules_by_id().get(failure.rule)
     strength = rule.strength if rule is not None else "weak"
     signals = found_in(failure)
+    # a failure whose own line is a crash is runtime_error, whatever test it crashed in and
+    # whatever its stack names (issue 21): the crash is what the change is asked to answer for
+    crashed = rule is not None and rule.crash and any(key == "primary" for key, _ in rule.matchers)
     # an environment verdict (SDK missing, backend not registered) is never re-read as the area's
     # or the structure's category; a signal's weight is learnt from the corpus (Scorer.pointing)
-    pointed = {} if failure.environment or opinion is None else opinion.structure
+    pointed = {} if failure.environment or crashed or opinion is None else opinion.structure
     # the words a specific rule read in its own line are its evidence, not another category's
     # ("no free space in the KV cache" names the cache: kv-cache-capacity read it)
     read = {c: v for c, v in pointed.items()
@@ -111,7 +114,7 @@ def decide(failure: Failure, opinion: Opinion | None, calibrate: bool = True) ->
     # nor is a failure a specific rule reads as the test's setup failing (categories.yaml `setup`:
     # an import, the build, the toolchain, the CI or the device): the test never reached what it guards
     setup = strength == "strong" and bool(category_texts()[failure.category].get("setup"))
-    guarded = None if failure.environment or setup else guarded_area(failure.test or "")
+    guarded = None if failure.environment or setup or crashed else guarded_area(failure.test or "")
     evidence = [f"rule `{failure.rule}` ({strength}, weight {WEIGHT.get(strength, 1.0):.1f}) says {failure.category}"]
     if pointed:
         evidence += [f"structure points to {c} (weight {STRUCTURE_WEIGHT * w:.2f}): learned from "
@@ -124,6 +127,9 @@ def decide(failure: Failure, opinion: Opinion | None, calibrate: bool = True) ->
                  "around the frame the rule read: not counted against it" for c, (_, said) in around.items()]
     if guarded:
         evidence.append(f"the failing test guards {guarded} (weight {AREA_WEIGHT:.1f})")
+    elif crashed and guarded_area(failure.test or ""):
+        evidence.append(f"the failing test guards {guarded_area(failure.test or '')}, but its own line is a crash: "
+                        "runtime_error, not the test's area")
     failure.unsure = []
     if failure.rule == "quiet-log" and (opinion is None or opinion.ranked[0][1] < QUIET_FLOOR):
         _not_in_log(failure)
@@ -145,7 +151,9 @@ def decide(failure: Failure, opinion: Opinion | None, calibrate: bool = True) ->
     if rule is not None and rule.crash:  # a crash is what the change can cause: never excused
         scores = {c: s for c, s in scores.items() if not category_texts()[c].get("environment")}
     ranked = sorted(scores, key=lambda c: (-scores[c], c != failure.category))
-    chosen = ranked[0]
+    # a crash stays runtime_error: the model, reading the test's name in the crash line, may only
+    # make the verdict unsure ("runtime_error or multi_method_lowering, unsure": no label)
+    chosen = failure.category if crashed else ranked[0]
     top = opinion.ranked[:2]
     evidence.append("model: " + ", ".join(f"{c} {p:.2f}" for c, p in top)
                     + (f" (from {', '.join(opinion.reasons)})" if opinion.reasons else ""))

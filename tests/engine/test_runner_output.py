@@ -335,6 +335,34 @@ def test_a_crash_without_xdist_is_the_test_faulthandler_names(tmp_path):
     assert crash.line.endswith("Fatal Python error: Segmentation fault")
 
 
+MULTI_METHOD_TESTS = (
+    "import ctypes\n\n"
+    "class TestToBackendMultiMethod:\n"
+    "    def test_multi_method_end_to_end(self):\n"
+    "        ctypes.string_at(0)\n\n"
+    "    def test_multi_method_partitions(self):\n"
+    "        raise RuntimeError(\"Expected 2 partitions in method 'forward', got 1\")\n")
+
+
+@pytest.mark.parametrize("xdist", [False, True])
+def test_a_crash_in_a_multi_method_test_is_a_runtime_error_and_its_neighbour_keeps_the_area(tmp_path, xdist):
+    """Issue 21: a crash is `runtime_error`, whatever test it crashed in. The test's area
+    (`test_to_backend_multi_method.py`) still names a failure whose own line is no crash."""
+    (tmp_path / "test_to_backend_multi_method.py").write_text(MULTI_METHOD_TESTS)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rEfX", "--tb=native",
+                          *(["-n", "2"] if xdist else []), "test_to_backend_multi_method.py"],
+                         cwd=tmp_path, env=ci_env(ci=True), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, timeout=180)
+    assert "Fatal Python error: Segmentation fault" in run.stdout, run.stdout
+    found = {f.test.rsplit("::", 1)[-1]: f for f in classify_text(run.stdout, failed=True)}
+    crash = found["test_multi_method_end_to_end"]
+    assert (crash.category, crash.rule, crash.environment) == ("runtime_error", "runtime-crash", False)
+    if xdist:  # a plain pytest died with the interpreter before the next test ran
+        partitions = found["test_multi_method_partitions"]
+        assert (partitions.category, partitions.rule) == ("multi_method_lowering", "mm-test-failed")
+    assert len(found) == 1 + xdist, list(found)
+
+
 @pytest.mark.parametrize("runner, quiet", [("pytest", []), ("pytest", ["-q"]), ("unittest", [])])
 def test_a_log_holding_only_the_runners_count_has_its_error_elsewhere(tmp_path, runner, quiet):
     """The tests' reports went elsewhere (a sub-job, an artifact, a cut log): the count says no
