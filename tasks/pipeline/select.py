@@ -101,7 +101,7 @@ _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 def _statements(tree: ast.AST):
     """Every statement of a module, nested ones too (in functions, classes, branches, `try`,
     `with`, `match`), without the expressions `ast.walk` also visits: an import or a `def` is a
-    statement, found only there (the same set, in a tenth of the time over ExecuTorch's tree)."""
+    statement, found only there (the same set; main's tree's graph builds in 5.5 s, not 8.5 s)."""
     stack = [tree]
     while stack:
         node = stack.pop()
