@@ -2,6 +2,7 @@
 push, run, pull, clean up; and each fault made for real and named as the device's."""
 from __future__ import annotations
 
+import errno
 import os
 import re
 import socket
@@ -50,12 +51,22 @@ def test_stopped_sshd_is_connection_refused(sshd):
     sshd.stop()
     # the port stays bound (never listening) here, so no other test's sshd is given it (ports
     # come from binding port 0, which skips a bound one); one started on the freed port answered
-    # instead once (paramiko's EOFError, below). SO_REUSEADDR: the port's closed connections wait
+    # instead once (paramiko's EOFError, below). SO_REUSEADDR: the port's closed connections wait.
+    # Another process's outgoing connection may have taken the freed port as its own (EADDRINUSE,
+    # seen once in a fresh clone's suite): then a port bound here and never listened on stands in
+    # for it, refusing as the stopped sshd's does.
     with socket.socket() as holder:
         holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        holder.bind(("127.0.0.1", sshd.port))
+        try:
+            holder.bind(("127.0.0.1", sshd.port))
+        except OSError as taken:
+            if taken.errno != errno.EADDRINUSE:
+                raise
+            holder.bind(("127.0.0.1", 0))
+        port = holder.getsockname()[1]
+        device = sshd.device(address=f"{sshd.user.pw_name}@127.0.0.1:{port}")
         with pytest.raises(DeviceFault) as caught:
-            SshTransport(sshd.device(), sshd.options).connect()
+            SshTransport(device, sshd.options).connect()
     assert caught.value.kind == "refused" and caught.value.retryable
     assert "loop-1" in str(caught.value) and "Connection refused" in str(caught.value)
 
