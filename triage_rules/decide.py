@@ -114,7 +114,8 @@ def decide(failure: Failure, opinion: Opinion | None, calibrate: bool = True) ->
     # nor is a failure a specific rule reads as the test's setup failing (categories.yaml `setup`:
     # an import, the build, the toolchain, the CI or the device): the test never reached what it guards
     setup = strength == "strong" and bool(category_texts()[failure.category].get("setup"))
-    guarded = None if failure.environment or setup or crashed else guarded_area(failure.test or "")
+    area = guarded_area(failure.test or "")
+    guarded = None if failure.environment or setup or crashed else area
     evidence = [f"rule `{failure.rule}` ({strength}, weight {WEIGHT.get(strength, 1.0):.1f}) says {failure.category}"]
     if pointed:
         evidence += [f"structure points to {c} (weight {STRUCTURE_WEIGHT * w:.2f}): learned from "
@@ -127,9 +128,8 @@ def decide(failure: Failure, opinion: Opinion | None, calibrate: bool = True) ->
                  "around the frame the rule read: not counted against it" for c, (_, said) in around.items()]
     if guarded:
         evidence.append(f"the failing test guards {guarded} (weight {AREA_WEIGHT:.1f})")
-    elif crashed and guarded_area(failure.test or ""):
-        evidence.append(f"the failing test guards {guarded_area(failure.test or '')}, but its own line is a crash: "
-                        "runtime_error, not the test's area")
+    elif crashed and area:
+        evidence.append(f"the failing test guards {area}, but its own line is a crash: runtime_error, not the test's area")
     failure.unsure = []
     if failure.rule == "quiet-log" and (opinion is None or opinion.ranked[0][1] < QUIET_FLOOR):
         _not_in_log(failure)
