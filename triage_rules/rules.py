@@ -208,9 +208,15 @@ def load_rules(directory: Path = RULES_DIR) -> list[Rule]:
     return sorted(rules, key=lambda r: (-r.priority, order[id(r)]))
 
 
-@functools.lru_cache(maxsize=4)
 def default_rules(directory: Path = RULES_DIR) -> tuple[Rule, ...]:
-    """The compiled rule set, loaded once per process."""
+    """The compiled rule set, loaded once per process and directory: `default_rules()` and
+    `default_rules(RULES_DIR)` are one load (an lru_cache keyed on the call's arguments took
+    them for two, and `classify` parsed every rule file twice)."""
+    return _rules_in(Path(directory))
+
+
+@functools.lru_cache(maxsize=4)
+def _rules_in(directory: Path) -> tuple[Rule, ...]:
     return tuple(load_rules(directory))
 
 

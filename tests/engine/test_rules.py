@@ -1,11 +1,13 @@
 """Rule files: load-time validation (with file:line), matching, and the shipped rule set."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from triage_rules import CATEGORIES, classify_text, engine
-from triage_rules.rules import (RuleError, Subject, default_rules, load_rules, match_rules, owners_table,
-                                parse_rules)
+from triage_rules.rules import (RULES_DIR, RuleError, Subject, default_rules, load_rules, match_rules,
+                                owners_table, parse_rules)
 
 GOOD = """\
 rules:
@@ -82,6 +84,7 @@ def test_shipped_rule_set_is_large_valid_and_cached():
     rules = default_rules()
     assert len(rules) >= 60
     assert default_rules() is rules  # compiled once per process
+    assert default_rules(RULES_DIR) is rules and default_rules(Path(str(RULES_DIR))) is rules  # however it is named
     assert {r.category for r in rules if not r.category.startswith("{")} <= set(CATEGORIES)
     for category in CATEGORIES:
         assert any(r.category == category for r in rules) or category in ("multi_method_lowering", "mutable_buffer")
